@@ -1,0 +1,182 @@
+"""Shared argument checks and error formatting, so every message reads the same way.
+
+Configuration errors (raised in constructors)::
+
+    Dropout: p must be in [0, 1), got 1.5
+
+Shape errors (raised when ``apply`` or ``init`` traces), with the layer's path inside
+its containers::
+
+    Sequential[3] Linear: input last axis expected 256, got 255
+      x.shape == (8, 255); Linear was initialized for 256 input features
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class LayerError(ValueError):
+    """A shape, dtype or call that does not fit a layer, found while tracing.
+
+    The message reads ``"{where}: {what} expected {expected}, got {got}"``, or
+    ``"{where}: {what}"`` when ``expected`` is None.
+
+    ``path`` is the dotted checkpoint path of the failing layer inside its outermost
+    container (``root``); containers extend it as the error propagates outwards.
+    """
+
+    def __init__(
+        self,
+        layer: str,
+        what: str,
+        expected: Any,
+        got: Any,
+        hint: str | None = None,
+        *,
+        path: tuple[str, ...] = (),
+        root: str | None = None,
+    ):
+        self.layer, self.what, self.expected, self.got, self.hint = layer, what, expected, got, hint
+        self.path, self.root = path, root
+        super().__init__(self._message())
+
+    @property
+    def where(self) -> str:
+        if not self.path:
+            return self.layer
+        return f"{self.root}[{'.'.join(self.path)}] {self.layer}"
+
+    def _message(self) -> str:
+        msg = f"{self.where}: {self.what}"
+        if self.expected is not None:
+            msg += f" expected {self.expected}, got {self.got}"
+        return msg + (f"\n  {self.hint}" if self.hint else "")
+
+    def within(self, container: str, name: str) -> LayerError:
+        """The same error, seen from ``container`` whose child ``name`` raised it."""
+        return LayerError(
+            self.layer,
+            self.what,
+            self.expected,
+            self.got,
+            self.hint,
+            path=(name, *self.path),
+            root=container,
+        )
+
+
+def config_error(layer: str, arg: str, rule: str, value: Any) -> ValueError:
+    return ValueError(f"{layer}: {arg} must be {rule}, got {value!r}")
+
+
+def check_int(layer: str, arg: str, value: Any, *, minimum: int = 1) -> None:
+    """``value`` must be an integer (not a bool) no smaller than ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise config_error(layer, arg, rule, value)
+
+
+def check_float(
+    layer: str,
+    arg: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """``value`` must be a finite real number in the given (half-)open or closed range."""
+    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        if low is not None and high is not None:
+            rule = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        elif low is not None:
+            rule = f"{'>' if low_open else '>='} {low:g}"
+        elif high is not None:
+            rule = f"{'<' if high_open else '<='} {high:g}"
+        else:
+            rule = "a finite number"
+        raise config_error(layer, arg, rule, value)
+
+
+def check_choice(layer: str, arg: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise config_error(layer, arg, "one of " + ", ".join(repr(c) for c in choices), value)
+
+
+def as_shape(shape: Any) -> tuple[int, ...]:
+    """``init``'s ``shape`` argument: a shape tuple, or an example array."""
+    if hasattr(shape, "shape") and hasattr(shape, "dtype"):
+        return tuple(int(d) for d in shape.shape)
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+def input_dtype(shape: Any, default: Any) -> Any:
+    """The dtype of the input ``init`` was shown: the example array's, else ``default``."""
+    if hasattr(shape, "shape") and hasattr(shape, "dtype"):
+        return shape.dtype
+    return default
+
+
+def need_ndim(layer: str, x: Any, ndims: Sequence[int], names: str) -> None:
+    """``x`` must have one of ``ndims`` axes; ``names`` spells the accepted layouts."""
+    if jnp.ndim(x) not in ndims:
+        raise LayerError(
+            layer,
+            "input rank",
+            " or ".join(str(n) for n in ndims) + f" ({names})",
+            f"{jnp.ndim(x)} (x.shape == {tuple(jnp.shape(x))})",
+        )
+
+
+def need_axis(layer: str, x: Any, axis: int, size: int, name: str, hint: str | None = None) -> None:
+    """Axis ``axis`` of ``x`` must have length ``size``."""
+    shape = tuple(jnp.shape(x))
+    if len(shape) == 0 or shape[axis] != size:
+        got = shape[axis] if shape else "a scalar"
+        hint = hint or f"x.shape == {shape}"
+        raise LayerError(layer, f"input {name}", size, got, hint)
+
+
+def need_key(layer: str, key: Any) -> None:
+    if key is None:
+        raise LayerError(
+            layer,
+            "train=True draws random numbers and needs a PRNG key; "
+            "pass key=jax.random.key(seed) (a fresh key each step)",
+            None,
+            None,
+        )
+
+
+def promote_float(dtype: Any) -> Any:
+    """At least float32: the precision norms and softmaxes compute in."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
+def is_float(x: Any) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def broadcast_to_axis(v: jax.Array, ndim: int, axis: int) -> jax.Array:
+    """Reshape a 1-D ``v`` so it broadcasts along ``axis`` of an ``ndim``-D array.
+
+    Explicit, so the library runs under ``jax_numpy_rank_promotion="raise"``.
+    """
+    axis = axis % ndim
+    return v.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))

@@ -1,0 +1,103 @@
+"""Affine maps: ``Linear``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
+from purelayers.layers._checks import LayerError, as_shape, check_int
+from purelayers.layers.core import Layer, Params
+
+
+def torch_default_bias(fan_in: int) -> Initializer:
+    """PyTorch's default bias init for Linear and Conv: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
+    if fan_in == 0:
+        return zeros()
+    bound = 1.0 / math.sqrt(fan_in)
+    return uniform(-bound, bound)
+
+
+# PyTorch's default weight init for Linear and Conv.
+TORCH_DEFAULT_WEIGHT = kaiming_uniform(a=math.sqrt(5))
+
+
+@dataclasses.dataclass(frozen=True)
+class Linear(Layer):
+    r"""Affine map over the last axis: ``y = x @ weight.T + bias``. Matches ``torch.nn.Linear``.
+
+    ``in_features`` is read from the last axis of ``init``'s ``shape``.
+
+    Args:
+      out_features: width of the output.
+      bias: learn an additive ``bias``. Default ``True``.
+      weight_init: initializer for ``weight`` (``fn(key, shape, dtype)``). Default
+        torch's ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(in), 1/sqrt(in))``.
+      bias_init: initializer for ``bias``. Default torch's ``U(-1/sqrt(in), 1/sqrt(in))``.
+
+    Shape:
+      input ``(..., in_features)``; output ``(..., out_features)``. Computes in the
+      input's floating dtype.
+
+    Parameters:
+      ``weight``: ``(out_features, in_features)``. ``bias``: ``(out_features,)``.
+
+    Example:
+      >>> lin = Linear(3)
+      >>> jax.tree.map(jnp.shape, lin.init(jax.random.key(0), (8, 2)))
+      {'bias': (3,), 'weight': (3, 2)}
+    """
+
+    out_features: int
+    _: dataclasses.KW_ONLY
+    bias: bool = True
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        check_int("Linear", "out_features", self.out_features)
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        shape = as_shape(shape)
+        if not shape:
+            raise LayerError(
+                "Linear", "input rank", "at least 1 (..., in_features)", "0 (a scalar)"
+            )
+        fan_in = shape[-1]
+        wkey, bkey = jax.random.split(key)
+        w_init = self.weight_init or TORCH_DEFAULT_WEIGHT
+        params = {"weight": w_init(wkey, (self.out_features, fan_in), dtype)}
+        if self.bias:
+            b_init = self.bias_init or torch_default_bias(fan_in)
+            params["bias"] = b_init(bkey, (self.out_features,), dtype)
+        return params
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        return linear(params, x, layer="Linear")
+
+
+def linear(params: Params, x: jax.Array, *, layer: str = "Linear") -> jax.Array:
+    """``x @ weight.T + bias`` with the shape check every Linear-like layer shares."""
+    w = params["weight"]
+    out, fan_in = w.shape
+    if jnp.ndim(x) == 0 or jnp.shape(x)[-1] != fan_in:
+        got = jnp.shape(x)[-1] if jnp.ndim(x) else "a scalar"
+        raise LayerError(
+            layer,
+            "input last axis",
+            fan_in,
+            got,
+            f"x.shape == {tuple(jnp.shape(x))}; {layer} was initialized for {fan_in} input "
+            f"features (weight {tuple(w.shape)})",
+        )
+    dtype = jnp.result_type(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else w.dtype
+    y = jax.lax.dot_general(
+        jnp.asarray(x, dtype), w.astype(dtype), (((jnp.ndim(x) - 1,), (1,)), ((), ()))
+    )
+    if "bias" in params:
+        y = y + params["bias"].astype(dtype).reshape((1,) * (y.ndim - 1) + (out,))
+    return y

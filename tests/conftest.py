@@ -1,0 +1,22 @@
+"""Suite-wide settings: silent rank promotion is an error, and torch is found or skipped."""
+
+import os
+
+import jax
+import pytest
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """The golden reference. Skips where torch is missing, unless PURELAYERS_REQUIRE_TORCH
+    is set (as in CI), where a missing torch fails loudly."""
+    try:
+        import torch as _torch
+    except ImportError:
+        if os.environ.get("PURELAYERS_REQUIRE_TORCH"):
+            raise
+        pytest.skip("torch is not installed (set PURELAYERS_REQUIRE_TORCH=1 to fail instead)")
+    _torch.manual_seed(0)
+    return _torch
