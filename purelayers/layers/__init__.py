@@ -1,5 +1,12 @@
-"""Layers: frozen configurations with pure ``init`` and ``apply`` functions."""
+"""Layers: frozen configurations with pure ``init`` and ``apply`` functions.
 
+One module per family; each lists its public names in ``__all__``.
+"""
+
+from purelayers.layers import activation as _activation
+from purelayers.layers import core as _core
+from purelayers.layers import dropout as _dropout
+from purelayers.layers import linear as _linear
 from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import (
     ELU,
@@ -38,45 +45,9 @@ from purelayers.layers.dropout import Dropout, dropout
 from purelayers.layers.linear import Linear
 
 __all__ = [
-    "ELU",
-    "GELU",
-    "SELU",
-    "Dropout",
-    "Exponential",
-    "Flatten",
-    "HardSigmoid",
-    "Identity",
-    "Lambda",
-    "Layer",
     "LayerError",
-    "LeakyReLU",
-    "Linear",
-    "LogSoftmax",
-    "PReLU",
-    "Params",
-    "ReLU",
-    "Sequential",
-    "SiLU",
-    "Sigmoid",
-    "Softmax",
-    "Softplus",
-    "Softsign",
-    "State",
-    "Tanh",
-    "dropout",
-    "elu",
-    "exponential",
-    "gelu",
-    "hard_sigmoid",
-    "leaky_relu",
-    "log_softmax",
-    "prelu",
-    "relu",
-    "selu",
-    "sigmoid",
-    "silu",
-    "softmax",
-    "softplus",
-    "softsign",
-    "tanh",
+    *_core.__all__,
+    *_linear.__all__,
+    *_activation.__all__,
+    *_dropout.__all__,
 ]

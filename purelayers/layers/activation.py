@@ -27,6 +27,40 @@ from purelayers.layers._checks import (
 )
 from purelayers.layers.core import Layer, Params
 
+__all__ = [
+    "ELU",
+    "GELU",
+    "SELU",
+    "Exponential",
+    "HardSigmoid",
+    "LeakyReLU",
+    "LogSoftmax",
+    "PReLU",
+    "ReLU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "Tanh",
+    "elu",
+    "exponential",
+    "gelu",
+    "hard_sigmoid",
+    "leaky_relu",
+    "log_softmax",
+    "prelu",
+    "relu",
+    "selu",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "softplus",
+    "softsign",
+    "tanh",
+]
+
+
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 

@@ -17,6 +17,9 @@ import jax.numpy as jnp
 
 from purelayers.layers._checks import LayerError, as_shape, check_int, input_dtype
 
+__all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
+
+
 Params = dict[str, Any]
 State = dict[str, Any]
 

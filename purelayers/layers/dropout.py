@@ -11,6 +11,8 @@ import jax.numpy as jnp
 from purelayers.layers._checks import check_float, need_key
 from purelayers.layers.core import Layer, Params
 
+__all__ = ["Dropout", "dropout"]
+
 
 def dropout(x: jax.Array, p: float, key: jax.Array, *, layer: str = "dropout") -> jax.Array:
     """Inverted dropout: zero each entry with probability ``p`` and scale the rest by

@@ -13,6 +13,8 @@ from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
 from purelayers.layers._checks import LayerError, as_shape, check_int
 from purelayers.layers.core import Layer, Params
 
+__all__ = ["Linear"]
+
 
 def torch_default_bias(fan_in: int) -> Initializer:
     """PyTorch's default bias init for Linear and Conv: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
