@@ -1,0 +1,130 @@
+"""What the example scripts share: their data and the progress bar. No framework here."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+# Standard-library modules whose docstrings make the text corpus: imported in this
+# order, so the text is the same on every run of the same Python version.
+STDLIB_MODULES = (
+    "abc argparse ast asyncio base64 bisect calendar cmd codecs collections "
+    "concurrent.futures configparser contextlib copy csv dataclasses datetime decimal "
+    "difflib doctest email enum filecmp fnmatch fractions ftplib functools getopt gettext "
+    "glob gzip hashlib heapq hmac html http.client http.server imaplib inspect io "
+    "ipaddress itertools json logging mailbox math mimetypes numbers operator optparse os "
+    "pathlib pdb pickle pkgutil platform plistlib poplib pprint profile queue random re "
+    "sched secrets selectors shelve shlex shutil smtplib socket socketserver sqlite3 "
+    "statistics string struct subprocess tarfile tempfile textwrap threading time timeit "
+    "tokenize traceback types typing unittest urllib.parse urllib.request uuid warnings "
+    "wave weakref xml.dom.minidom zipfile zoneinfo"
+).split()
+
+
+def stdlib_text(max_chars: int = 2_000_000) -> str:
+    """English prose from the docstrings of Python's standard library, deterministic.
+
+    Each module contributes its own docstring, then those of its public classes,
+    functions and methods in sorted order; nothing is downloaded.
+    """
+    seen: set[str] = set()
+    parts: list[str] = []
+    size = 0
+    for name in STDLIB_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for doc in _docstrings(module, seen):
+            parts.append(doc)
+            size += len(doc) + 2
+            if size >= max_chars:
+                return "\n\n".join(parts)[:max_chars]
+    return "\n\n".join(parts)
+
+
+def _docstrings(module, seen: set[str]) -> Iterator[str]:
+    objects = [module]
+    for attr in sorted(vars(module)):
+        if attr.startswith("_"):
+            continue
+        obj = getattr(module, attr, None)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            objects.append(obj)
+            if inspect.isclass(obj):
+                objects += [
+                    m
+                    for k, m in sorted(vars(obj).items())
+                    if not k.startswith("_") and inspect.isfunction(m)
+                ]
+    for obj in objects:
+        doc = inspect.getdoc(obj)
+        if doc and doc not in seen and len(doc) > 40:
+            seen.add(doc)
+            yield doc.strip()
+
+
+class CharVocab:
+    """A character vocabulary: ``encode(text) -> int32 ids`` and ``decode(ids) -> text``."""
+
+    def __init__(self, text: str):
+        self.chars = sorted(set(text))
+        self.index = {c: i for i, c in enumerate(self.chars)}
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.fromiter((self.index[c] for c in text), np.int32, len(text))
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+def unigram_loss(train_ids: np.ndarray, valid_ids: np.ndarray, vocab_size: int) -> float:
+    """Cross-entropy (nats/char) of the validation text under the training text's
+    character frequencies: the baseline a sequence model must beat."""
+    counts = np.bincount(train_ids, minlength=vocab_size).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(-logp[valid_ids].mean())
+
+
+def digits(seed: int = 0, test_fraction: float = 0.25, images: bool = False):
+    """scikit-learn's bundled 8x8 handwritten digits (1,797 images; no download), scaled to
+    [0, 1] and split train/test with a fixed, stratified seed.
+
+    Returns ``(x_train, y_train, x_test, y_test)``; ``x`` is ``(N, 64)`` float32, or
+    ``(N, 1, 8, 8)`` with ``images=True``.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    data = load_digits()
+    x = (data.data / 16.0).astype(np.float32)
+    if images:
+        x = x.reshape(-1, 1, 8, 8)
+    y = data.target.astype(np.int32)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=test_fraction, random_state=seed, stratify=y
+    )
+    return x_tr, y_tr, x_te, y_te
+
+
+def batches(rng: np.random.Generator, n: int, batch_size: int) -> Iterator[np.ndarray]:
+    """Endless shuffled index batches over ``range(n)``, one epoch after another."""
+    while True:
+        order = rng.permutation(n)
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield order[start : start + batch_size]
+
+
+def progress(total: int, desc: str, disable: bool | None = None) -> tqdm:
+    """The examples' progress bar (hidden when output is not a terminal, unless asked)."""
+    if disable is None:
+        disable = not sys.stderr.isatty()
+    return tqdm(total=total, desc=desc, dynamic_ncols=True, disable=disable)
