@@ -1,0 +1,417 @@
+r"""Recurrent layers: the sequence layers ``RNN``, ``LSTM``, ``GRU`` (stacked, optionally
+bidirectional) and the cells ``RNNCell``, ``LSTMCell``, ``GRUCell`` (one time step).
+
+Parameters carry PyTorch's names, layouts and gate orders, so a ``torch.nn.LSTM``
+``state_dict`` loads by name and gives the same outputs and gradients.
+
+How a sequence layer runs (chosen by measurement, see ``benchmarks/recurrent.py``):
+
+- the input projection ``x @ weight_ih.T + bias`` of every time step, and of both
+  directions, is one matrix product before the recurrence;
+- the recurrence is one ``lax.scan`` over time for both directions at once (their
+  states stacked on a leading axis), whose body holds only ``h @ weight_hh.T`` and the
+  gate arithmetic, so compile time does not grow with sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from purelayers.init import Initializer
+from purelayers.layers._checks import (
+    LayerError,
+    as_shape,
+    check_choice,
+    check_float,
+    check_int,
+    need_key,
+)
+from purelayers.layers._recurrent_cells import (
+    KINDS,
+    GRUCell,
+    Kind,
+    LSTMCell,
+    RNNCell,
+    check_common,
+    compute_dtype,
+    hmm,
+    init_cell,
+    make_step,
+    need_input_size,
+    need_state_shape,
+    param_shapes,
+    split_params,
+)
+from purelayers.layers.core import Layer, Params
+from purelayers.layers.dropout import dropout
+
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+
+# Time steps per scan iteration. Measured on CPU (benchmarks/recurrent.py).
+_UNROLL = 1
+
+
+def _reverse_time(a: jax.Array, lengths: jax.Array | None) -> jax.Array:
+    """``a`` ``(T, B, ...)`` reversed in time; with ``lengths``, each sequence is reversed
+    within its own length (padding stays in place), so the reverse direction starts
+    at each sequence's last valid step. Applying it twice gives ``a`` back."""
+    if lengths is None:
+        return jnp.flip(a, axis=0)
+    t = jnp.arange(a.shape[0], dtype=lengths.dtype)[:, None]
+    idx = jnp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)
+    idx = idx.reshape(idx.shape + (1,) * (a.ndim - 2))
+    return jnp.take_along_axis(a, idx, axis=0)
+
+
+def _run_layer(
+    kind: Kind,
+    params: Params,
+    layer_index: int,
+    directions: int,
+    x: jax.Array,
+    state0: tuple[jax.Array, ...],
+    lengths: jax.Array | None,
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """One layer, all directions. ``x`` ``(T, B, I)``; ``state0`` each ``(D, B, H)``.
+    Returns output ``(T, B, D * H)`` and final states each ``(D, B, H)``."""
+    steps, batch, _ = x.shape
+    dtype = x.dtype
+    parts = [split_params(kind, params, _suffix(layer_index, d), dtype) for d in range(directions)]
+    w_ih = jnp.concatenate([p[0] for p in parts], axis=0)  # (D * G, I)
+    gi = hmm(x, w_ih)  # every step, every direction: one product
+    if parts[0][1] is not None:
+        b_in = jnp.concatenate([p[1] for p in parts], axis=0)
+        gi = gi + b_in.reshape(1, 1, -1)
+    gates = gi.shape[-1] // directions
+    step = make_step(kind)
+    if directions == 1:
+        recurrent = parts[0][2]
+        state = tuple(s[0] for s in state0)
+    else:
+        gi = gi.reshape(steps, batch, directions, gates)
+        gi = jnp.stack([gi[:, :, 0], _reverse_time(gi[:, :, 1], lengths)], axis=1)
+        recurrent = tuple(
+            None if parts[0][2][j] is None else _stack_dirs([p[2][j] for p in parts])
+            for j in range(len(parts[0][2]))
+        )
+        state = state0
+
+    def body(carry, inp):
+        g_t, t = inp
+        new, h = step(g_t, carry, recurrent)
+        if lengths is not None:
+            valid = (t < lengths).reshape((1,) * (h.ndim - 2) + (batch, 1))
+            new = tuple(jnp.where(valid, n, c) for n, c in zip(new, carry, strict=True))
+            h = jnp.where(valid, h, jnp.zeros_like(h))
+        return new, h
+
+    ts = jnp.arange(steps, dtype=jnp.int32)
+    final, ys = lax.scan(body, state, (gi, ts), unroll=min(_UNROLL, max(steps, 1)))
+    if directions == 1:
+        return ys, tuple(f[None] for f in final)
+    rev = _reverse_time(ys[:, 1], lengths)
+    out = jnp.concatenate([ys[:, 0], rev], axis=-1)
+    return out, final
+
+
+def _stack_dirs(arrays: list[jax.Array]) -> jax.Array:
+    """Per-direction arrays stacked on a leading axis (biases become ``(D, 1, G)``)."""
+    return jnp.stack(arrays)
+
+
+def _suffix(layer: int, direction: int) -> str:
+    return f"_l{layer}" + ("_reverse" if direction else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recurrent(Layer):
+    """Shared implementation of ``RNN``, ``LSTM`` and ``GRU``."""
+
+    _own_order: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def kind(self) -> Kind:
+        raise NotImplementedError
+
+    @property
+    def directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    def __post_init__(self):
+        name = type(self).__name__
+        check_common(name, self)
+        check_int(name, "num_layers", self.num_layers)
+        check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        for flag in ("batch_first", "bidirectional"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(
+                    f"{name}: {flag} must be True or False, got {getattr(self, flag)!r}"
+                )
+        if self.dropout > 0 and self.num_layers == 1:
+            warnings.warn(
+                f"{name}: dropout={self.dropout} acts between layers and has no effect with "
+                "num_layers=1",
+                stacklevel=3,
+            )
+
+    def names(self) -> list[str]:
+        """Checkpoint names in torch's ``state_dict`` order."""
+        base = list(param_shapes(self.kind, 1, 1, self.bias))
+        return [
+            n + _suffix(layer, d)
+            for layer in range(self.num_layers)
+            for d in range(self.directions)
+            for n in base
+        ]
+
+    def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
+        rank = {n: i for i, n in enumerate(self.names())}
+        return {k: tree[k] for k in sorted(tree, key=lambda k: rank.get(k, len(rank)))}
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        shape = as_shape(shape)
+        if len(shape) not in (2, 3):
+            raise LayerError(
+                type(self).__name__,
+                "input rank",
+                f"2 or 3 ({self._layouts})",
+                f"{len(shape)} (shape {shape})",
+            )
+        params: Params = {}
+        width = shape[-1]
+        for layer in range(self.num_layers):
+            for d in range(self.directions):
+                i = layer * self.directions + d
+                params.update(
+                    init_cell(
+                        self, self.kind, jax.random.fold_in(key, i), width, dtype, _suffix(layer, d)
+                    )
+                )
+            width = self.hidden_size * self.directions
+        return params
+
+    @property
+    def _layouts(self) -> str:
+        return "(B, T, input) or (T, input)" if self.batch_first else "(T, B, input) or (T, input)"
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        hx: Any = None,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+        lengths: Any = None,
+    ) -> tuple[jax.Array, Any]:
+        name = type(self).__name__
+        if jnp.ndim(x) not in (2, 3):
+            raise LayerError(
+                name,
+                "input rank",
+                f"2 or 3 ({self._layouts})",
+                f"{jnp.ndim(x)} (x.shape == {tuple(jnp.shape(x))})",
+            )
+        width = params["weight_ih_l0"].shape[1]
+        need_input_size(name, x, width, f"{name} was initialized for {width} input features")
+        use_dropout = train and self.dropout > 0 and self.num_layers > 1
+        if use_dropout:
+            need_key(name, key)
+        dtype = compute_dtype(x, params)
+        batched = jnp.ndim(x) == 3
+        x = jnp.asarray(x, dtype)
+        x = (x.swapaxes(0, 1) if self.batch_first else x) if batched else x[:, None]
+        batch = x.shape[1]
+        states = self._initial_state(hx, batch, batched, dtype)
+        lengths = self._lengths(lengths, batch, batched)
+        finals = []
+        d = self.directions
+        for layer in range(self.num_layers):
+            if layer and use_dropout:
+                x = dropout(x, self.dropout, jax.random.fold_in(key, layer), layer=name)
+            layer_state = tuple(s[layer * d : (layer + 1) * d] for s in states)
+            x, final = _run_layer(self.kind, params, layer, d, x, layer_state, lengths)
+            finals.append(final)
+        h_n = tuple(jnp.concatenate(parts, axis=0) for parts in zip(*finals, strict=True))
+        if batched:
+            out = x.swapaxes(0, 1) if self.batch_first else x
+        else:
+            out, h_n = x[:, 0], tuple(h[:, 0] for h in h_n)
+        return out, (h_n if self.kind.states == 2 else h_n[0])
+
+    def _initial_state(self, hx: Any, batch: int, batched: bool, dtype: Any) -> tuple:
+        name, n = type(self).__name__, self.kind.states
+        full = (self.num_layers * self.directions, batch, self.hidden_size)
+        if hx is None:
+            return tuple(jnp.zeros(full, dtype) for _ in range(n))
+        if n == 2 and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
+            raise LayerError(name, "hx", "a pair (h_0, c_0)", type(hx).__name__)
+        parts = (hx,) if n == 1 else tuple(hx)
+        shape = full if batched else (full[0], full[2])
+        out = []
+        for what, h in zip(("h_0", "c_0")[:n], parts, strict=True):
+            need_state_shape(name, what, h, shape)
+            h = jnp.asarray(h, dtype)
+            out.append(h if batched else h[:, None])
+        return tuple(out)
+
+    def _lengths(self, lengths: Any, batch: int, batched: bool) -> jax.Array | None:
+        if lengths is None:
+            return None
+        name = type(self).__name__
+        expected = (batch,) if batched else ()
+        if tuple(jnp.shape(lengths)) != expected:
+            raise LayerError(
+                name,
+                "lengths shape",
+                expected,
+                tuple(jnp.shape(lengths)),
+                "one length per sequence in the batch",
+            )
+        if not jnp.issubdtype(jnp.result_type(lengths), jnp.integer):
+            raise LayerError(name, "lengths dtype", "an integer dtype", jnp.result_type(lengths))
+        return jnp.asarray(lengths, jnp.int32).reshape(batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class LSTM(_Recurrent):
+    r"""A multi-layer LSTM over a sequence. Matches ``torch.nn.LSTM`` (without ``proj_size``).
+
+    Each layer and direction runs the ``LSTMCell`` recurrence (gate order input, forget,
+    cell, output) over time. ``apply(params, x, hx=None, *, key=None, train=False,
+    lengths=None)`` returns ``(output, (h_n, c_n))``.
+
+    Args:
+      hidden_size: width ``H`` of each direction's state.
+      num_layers: stacked layers; layer ``l > 0`` reads layer ``l - 1``'s output.
+        Default ``1``.
+      bias: learn the biases. Default ``True``.
+      batch_first: input and output are ``(B, T, *)`` instead of ``(T, B, *)``; the
+        states stay ``(num_layers * D, B, H)``, as in torch. Default ``False``.
+      dropout: probability of dropping each output of every layer but the last, in
+        train mode (``key`` required). Default ``0.0``.
+      bidirectional: add a reverse-time direction per layer (``D = 2``); the output is
+        the two directions' states concatenated. Default ``False``.
+      forget_bias: if set, every forget-gate bias starts as in ``LSTMCell``. Default
+        ``None``.
+      weight_init, bias_init: initializers overriding the default for all weights /
+        all biases.
+
+    Shape:
+      ``x``: ``(T, B, I)`` (``(B, T, I)`` with ``batch_first``) or unbatched ``(T, I)``.
+      ``hx``: ``(h_0, c_0)``, each ``(num_layers * D, B, H)`` (unbatched
+      ``(num_layers * D, H)``); zeros when omitted. ``output``: ``(T, B, D * H)``
+      (batch-first or unbatched like ``x``); ``h_n``, ``c_n`` like ``h_0``, ordered
+      layer by layer, forward before reverse.
+
+    Padded batches: ``lengths`` ``(B,)`` integers (``()`` unbatched) gives each
+    sequence's true length ``1 <= lengths[b] <= T``; steps past it leave the state
+    unchanged, so ``h_n`` is each sequence's state after its own last step, the reverse
+    direction starts at each sequence's own last step, and ``output`` is zero past the
+    length. This is what ``torch.nn.utils.rnn.pack_padded_sequence`` followed by
+    ``pad_packed_sequence`` gives (for ``T == max(lengths)``).
+
+    Parameters (per layer ``l``, then the same with suffix ``_reverse`` when
+    bidirectional): ``weight_ih_l{l}`` ``(4H, I)`` (``I = D * H`` for ``l > 0``),
+    ``weight_hh_l{l}`` ``(4H, H)``, ``bias_ih_l{l}`` ``(4H,)``, ``bias_hh_l{l}``
+    ``(4H,)``; all ``U(-1/sqrt(H), 1/sqrt(H))``.
+
+    Example:
+      >>> lstm = LSTM(8, num_layers=2)
+      >>> params = lstm.init(jax.random.key(0), (5, 3, 4))
+      >>> out, (h, c) = lstm.apply(params, jnp.ones((5, 3, 4)))
+      >>> out.shape, h.shape
+      ((5, 3, 8), (2, 3, 8))
+    """
+
+    hidden_size: int
+    _: dataclasses.KW_ONLY
+    num_layers: int = 1
+    bias: bool = True
+    batch_first: bool = False
+    dropout: float = 0.0
+    bidirectional: bool = False
+    forget_bias: float | None = None
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS["lstm"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GRU(_Recurrent):
+    r"""A multi-layer GRU over a sequence. Matches ``torch.nn.GRU``.
+
+    Each layer and direction runs the ``GRUCell`` recurrence (gate order reset, update,
+    new). ``apply(params, x, hx=None, *, key=None, train=False, lengths=None)`` returns
+    ``(output, h_n)``. Arguments, shapes and ``lengths`` as ``LSTM`` (without
+    ``forget_bias``), with ``hx`` a single ``h_0``; ``reset_after=False`` runs Cho et
+    al.'s recurrence with its own parameter names, as ``GRUCell(reset_after=False)``.
+
+    Parameters: ``weight_ih_l{l}`` ``(3H, I)``, ``weight_hh_l{l}`` ``(3H, H)``,
+    ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(3H,)`` (and ``_reverse``); all
+    ``U(-1/sqrt(H), 1/sqrt(H))``.
+    """
+
+    hidden_size: int
+    _: dataclasses.KW_ONLY
+    num_layers: int = 1
+    bias: bool = True
+    batch_first: bool = False
+    dropout: float = 0.0
+    bidirectional: bool = False
+    reset_after: bool = True
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.reset_after, bool):
+            raise ValueError(f"GRU: reset_after must be True or False, got {self.reset_after!r}")
+        super().__post_init__()
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS["gru" if self.reset_after else "gru_reset_before"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RNN(_Recurrent):
+    r"""A multi-layer Elman RNN over a sequence: ``h_t = act(x_t W_ih^T + b_ih + h_{t-1}
+    W_hh^T + b_hh)``. Matches ``torch.nn.RNN``.
+
+    ``apply(params, x, hx=None, *, key=None, train=False, lengths=None)`` returns
+    ``(output, h_n)``. Arguments, shapes and ``lengths`` as ``LSTM`` (without
+    ``forget_bias``), plus ``nonlinearity``: ``"tanh"`` (default) or ``"relu"``; ``hx`` is
+    a single ``h_0``.
+
+    Parameters: ``weight_ih_l{l}`` ``(H, I)``, ``weight_hh_l{l}`` ``(H, H)``,
+    ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(H,)`` (and ``_reverse``); all
+    ``U(-1/sqrt(H), 1/sqrt(H))``.
+    """
+
+    hidden_size: int
+    _: dataclasses.KW_ONLY
+    nonlinearity: str = "tanh"
+    num_layers: int = 1
+    bias: bool = True
+    batch_first: bool = False
+    dropout: float = 0.0
+    bidirectional: bool = False
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        check_choice("RNN", "nonlinearity", self.nonlinearity, ("tanh", "relu"))
+        super().__post_init__()
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS["rnn_" + self.nonlinearity]
