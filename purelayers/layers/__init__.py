@@ -7,6 +7,7 @@ from purelayers.layers import activation as _activation
 from purelayers.layers import core as _core
 from purelayers.layers import dropout as _dropout
 from purelayers.layers import linear as _linear
+from purelayers.layers import norm as _norm
 from purelayers.layers import recurrent as _recurrent
 from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import (
@@ -44,6 +45,7 @@ from purelayers.layers.activation import (
 from purelayers.layers.core import Flatten, Identity, Lambda, Layer, Params, Sequential, State
 from purelayers.layers.dropout import Dropout, dropout
 from purelayers.layers.linear import Linear
+from purelayers.layers.norm import LayerNorm, RMSNorm
 from purelayers.layers.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
@@ -52,5 +54,6 @@ __all__ = [
     *_linear.__all__,
     *_activation.__all__,
     *_dropout.__all__,
+    *_norm.__all__,
     *_recurrent.__all__,
 ]

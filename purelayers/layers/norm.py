@@ -1,0 +1,226 @@
+"""Normalization: ``LayerNorm``, ``RMSNorm``.
+
+Statistics are computed in at least float32 (float64 stays float64), whatever the input
+dtype, and the result is cast back to the input dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.init import Initializer, ones, zeros
+from purelayers.layers._checks import (
+    LayerError,
+    as_shape,
+    check_float,
+    check_int,
+    is_float,
+    promote_float,
+)
+from purelayers.layers.core import Layer, Params
+
+__all__ = ["LayerNorm", "RMSNorm"]
+
+# torch.finfo(torch.float32).eps: RMSNorm's default, also for bfloat16 and float16 inputs.
+FLOAT32_EPS = float(jnp.finfo(jnp.float32).eps)
+
+
+def _check_eps(layer: str, eps: Any) -> None:
+    check_float(layer, "eps", eps, low=0.0, low_open=True)
+
+
+def _need_float(layer: str, x: Any) -> None:
+    if not is_float(x):
+        raise LayerError(
+            layer,
+            "input dtype",
+            "a floating dtype",
+            jnp.result_type(x),
+            "normalization layers take floating-point features; cast with x.astype(jnp.float32)",
+        )
+
+
+def _trailing(layer: str, shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """The last ``ndim`` axes of ``shape``, the axes a layer normalizes over."""
+    if len(shape) < ndim:
+        raise LayerError(
+            layer,
+            "input rank",
+            f"at least normalized_ndim={ndim}",
+            f"{len(shape)} (x.shape == {shape})",
+        )
+    return shape[len(shape) - ndim :]
+
+
+def _check_trailing(layer: str, x: Any, params: Params, ndim: int) -> tuple[int, ...]:
+    """Axes normalized over; with affine params, they must match ``weight``'s shape."""
+    _need_float(layer, x)
+    shape = tuple(jnp.shape(x))
+    got = _trailing(layer, shape, ndim)
+    if "weight" in params and got != tuple(params["weight"].shape):
+        want = tuple(params["weight"].shape)
+        raise LayerError(
+            layer,
+            f"the last {ndim} axes of x (the normalized shape it was initialized with):",
+            f"x.shape == (..., {', '.join(map(str, want))})",
+            f"x.shape == {shape}",
+            f"{layer} was initialized with input shape (..., {', '.join(map(str, want))}); "
+            "pass init the shape this layer receives",
+        )
+    return got
+
+
+def _affine(y: jax.Array, params: Params, ndim: int) -> jax.Array:
+    """``y * weight + bias`` with parameters spanning the last ``ndim`` axes of ``y``."""
+    lead = (1,) * (y.ndim - ndim)
+    if "weight" in params:
+        y = y * params["weight"].astype(y.dtype).reshape(lead + params["weight"].shape)
+    if "bias" in params:
+        y = y + params["bias"].astype(y.dtype).reshape(lead + params["bias"].shape)
+    return y
+
+
+def _affine_params(
+    key: jax.Array,
+    shape: tuple[int, ...],
+    dtype: Any,
+    weight: Initializer | None,
+    bias: Initializer | None = None,
+) -> Params:
+    """``weight`` and ``bias`` of ``shape`` drawn by the given initializers (None: absent)."""
+    wkey, bkey = jax.random.split(key)
+    params: Params = {}
+    if weight is not None:
+        params["weight"] = weight(wkey, shape, dtype)
+    if bias is not None:
+        params["bias"] = bias(bkey, shape, dtype)
+    return params
+
+
+def _trailing_input(layer: str, x: Any, params: Params, ndim: int) -> tuple[jax.Array, tuple]:
+    """``x`` in its statistics dtype (at least float32) and the axes to normalize over."""
+    _check_trailing(layer, x, params, ndim)
+    axes = tuple(range(jnp.ndim(x) - ndim, jnp.ndim(x)))
+    return jnp.asarray(x).astype(promote_float(jnp.result_type(x))), axes
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerNorm(Layer):
+    r"""Normalizes over the last axes: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
+
+    ``mean`` and ``var`` (the population variance) are taken over the last
+    ``normalized_ndim`` axes, whose sizes (``normalized_shape``) are read from ``init``'s
+    ``shape``. Matches ``torch.nn.LayerNorm(x.shape[-normalized_ndim:])``.
+
+    Worked example: the row ``[0, 0.002]`` has mean ``0.001`` and variance ``1e-6``, so
+    with ``eps=1e-5`` it becomes ``[-0.001, 0.001] / sqrt(1.1e-5) = [-0.30151, 0.30151]``.
+
+    Args:
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      elementwise_affine: learn ``weight`` (and ``bias``). Default ``True``.
+      bias: learn ``bias`` too (with ``elementwise_affine``). Default ``True``.
+      normalized_ndim: how many trailing axes to normalize over. Default ``1``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
+
+    Shape:
+      input ``(..., *normalized_shape)``; output the same shape and dtype (statistics in
+      float32 or wider).
+
+    Parameters:
+      ``weight``: ``normalized_shape``, ones. ``bias``: ``normalized_shape``, zeros.
+
+    Example:
+      >>> ln = LayerNorm()
+      >>> jax.tree.map(jnp.shape, ln.init(jax.random.key(0), (2, 4)))
+      {'bias': (4,), 'weight': (4,)}
+    """
+
+    _: dataclasses.KW_ONLY
+    eps: float = 1e-5
+    elementwise_affine: bool = True
+    bias: bool = True
+    normalized_ndim: int = 1
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        _check_eps("LayerNorm", self.eps)
+        check_int("LayerNorm", "normalized_ndim", self.normalized_ndim)
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        normalized = _trailing("LayerNorm", as_shape(shape), self.normalized_ndim)
+        affine, bias = self.elementwise_affine, self.elementwise_affine and self.bias
+        return _affine_params(
+            key,
+            normalized,
+            dtype,
+            (self.weight_init or ones()) if affine else None,
+            (self.bias_init or zeros()) if bias else None,
+        )
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        xf, axes = _trailing_input("LayerNorm", x, params, self.normalized_ndim)
+        # Two passes (mean, then the mean of squared deviations): as fast as the one-pass
+        # E[x^2] - E[x]^2 under XLA and free of its cancellation when |mean| >> std.
+        mean = jnp.mean(xf, axis=axes, keepdims=True)
+        centered = xf - mean
+        var = jnp.mean(centered * centered, axis=axes, keepdims=True)
+        y = centered * jax.lax.rsqrt(var + self.eps)
+        return _affine(y, params, self.normalized_ndim).astype(jnp.result_type(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class RMSNorm(Layer):
+    r"""Root-mean-square normalization: ``y = x / sqrt(mean(x**2) + eps) * weight``.
+
+    The mean is over the last ``normalized_ndim`` axes; no centering, no bias. Matches
+    ``torch.nn.RMSNorm(x.shape[-normalized_ndim:])``.
+
+    Worked example: ``arange(9).reshape(3, 3)`` with ``eps=1e-5``: the row ``[3, 4, 5]``
+    has ``mean(x**2) = 50/3``, so it becomes ``[3, 4, 5] / 4.0825 =
+    [0.7348, 0.9798, 1.2247]``; the row ``[0, 1, 2]`` becomes ``[0, 0.7746, 1.5492]``.
+
+    Args:
+      eps: added to the mean square inside the square root; must be > 0. Default
+        ``None``: float32's machine epsilon ``1.1920929e-07``, as torch, also for
+        bfloat16 and float16 inputs.
+      elementwise_affine: learn ``weight``. Default ``True``.
+      normalized_ndim: how many trailing axes to normalize over. Default ``1``.
+      weight_init: initializer for ``weight``. Default ones.
+
+    Shape:
+      input ``(..., *normalized_shape)``; output the same shape and dtype (statistics in
+      float32 or wider).
+
+    Parameters:
+      ``weight``: ``normalized_shape``, ones.
+    """
+
+    _own_order: ClassVar[tuple[str, ...]] = ("weight",)
+
+    _: dataclasses.KW_ONLY
+    eps: float | None = None
+    elementwise_affine: bool = True
+    normalized_ndim: int = 1
+    weight_init: Initializer | None = None
+
+    def __post_init__(self):
+        if self.eps is not None:
+            _check_eps("RMSNorm", self.eps)
+        check_int("RMSNorm", "normalized_ndim", self.normalized_ndim)
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        normalized = _trailing("RMSNorm", as_shape(shape), self.normalized_ndim)
+        weight = (self.weight_init or ones()) if self.elementwise_affine else None
+        return _affine_params(key, normalized, dtype, weight)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        xf, axes = _trailing_input("RMSNorm", x, params, self.normalized_ndim)
+        eps = FLOAT32_EPS if self.eps is None else self.eps
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=axes, keepdims=True) + eps)
+        return _affine(y, params, self.normalized_ndim).astype(jnp.result_type(x))
