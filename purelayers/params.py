@@ -1,25 +1,50 @@
-"""Parameter trees and their checkpoint names.
+"""Parameter trees, their checkpoint names, and checkpoint files.
 
 A params (or state) tree is a nested ``dict`` of arrays. Its dotted flattening is the
 checkpoint name and equals the PyTorch ``state_dict`` key of the equivalent
 ``torch.nn`` model: ``{"0": {"weight": w}}`` is ``"0.weight"``.
+
+Checkpoints are safetensors files under those names and in torch's layouts, so a
+purelayers checkpoint is a PyTorch checkpoint::
+
+    pl.params.save("model.safetensors", params, state)           # torch can load it
+    params, state = pl.params.load_into("model.safetensors", params, state)
+    torch_model.load_state_dict(safetensors.torch.load_file("model.safetensors"))
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
-from typing import Any
+import os
+import types
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from purelayers import _safetensors_io as _io
+from purelayers._safetensors_io import CheckpointError
+
 __all__ = [
+    "PURELAYERS_TO_TORCH_MHA",
+    "TORCH_MHA_TO_PURELAYERS",
+    "CheckpointError",
+    "CheckpointWarning",
+    "IncompatibleKeys",
     "count",
     "flatten",
+    "load",
+    "load_into",
+    "load_metadata",
     "load_state_dict",
     "merge",
+    "rename",
+    "save",
     "summary",
     "unflatten",
 ]
@@ -122,26 +147,33 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def load_state_dict(template: Any, flat: Mapping[str, Any], *, strict: bool = True) -> Any:
-    """A new tree shaped like ``template`` with arrays taken from ``flat`` by name.
+class CheckpointWarning(UserWarning):
+    """A non-strict load left names unmatched (the message lists them)."""
 
-    ``flat`` maps dotted names (``"0.weight"``) to numpy arrays, JAX arrays or torch
-    tensors, e.g. a torch ``state_dict()``. Values are cast to the template's dtypes.
-    Every check runs before anything is converted, and ``template`` is never changed:
 
-    - ``strict=True``: names in the template but not in ``flat`` (missing) and names in
-      ``flat`` but not in the template (unexpected) raise one ``KeyError`` naming all.
-    - ``strict=False``: only the names both share are loaded; the rest keep the
-      template's values.
-    - A shape mismatch raises one ``ValueError`` naming each key, expected and got.
+class IncompatibleKeys(NamedTuple):
+    """What a non-strict load could not match, as ``torch.nn.Module.load_state_dict`` reports.
+
+    Attributes:
+      missing_keys: names of the model absent from the checkpoint; they keep the
+        template's values.
+      unexpected_keys: names in the checkpoint that the model lacks; they were ignored.
     """
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def _load(template: Any, flat: Mapping[str, Any], strict: bool, who: str):
+    """The filled tree and the unmatched names; all checks run before any conversion."""
     names = flatten(template)
-    missing = [k for k in names if k not in flat]
-    unexpected = [k for k in flat if k not in names]
-    if strict and (missing or unexpected):
+    keys = IncompatibleKeys(
+        [k for k in names if k not in flat], [k for k in flat if k not in names]
+    )
+    if strict and (keys.missing_keys or keys.unexpected_keys):
         raise KeyError(
-            "load_state_dict: the checkpoint does not match the model by name; "
-            f"missing keys: {missing}; unexpected keys: {unexpected}"
+            f"{who}: the checkpoint does not match the model by name; "
+            f"missing keys: {keys.missing_keys}; unexpected keys: {keys.unexpected_keys}"
         )
     mismatched = [
         f"{k}: expected {tuple(jnp.shape(names[k]))}, got {tuple(np.shape(flat[k]))}"
@@ -149,13 +181,55 @@ def load_state_dict(template: Any, flat: Mapping[str, Any], *, strict: bool = Tr
         if k in flat and tuple(np.shape(flat[k])) != tuple(jnp.shape(names[k]))
     ]
     if mismatched:
-        raise ValueError("load_state_dict: shape mismatch for " + "; ".join(mismatched))
+        raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
     loaded = {
         k: jnp.asarray(_to_numpy(flat[k]), dtype=jnp.result_type(names[k]))
         for k in names
         if k in flat
     }
-    return _rebuild(template, loaded, "")
+    return _rebuild(template, loaded, ""), keys
+
+
+def _warn_unmatched(keys: IncompatibleKeys, who: str) -> None:
+    if keys.missing_keys or keys.unexpected_keys:
+        warnings.warn(
+            f"{who}(strict=False): {len(keys.missing_keys)} names of the model were not in "
+            f"the checkpoint and keep their values: {keys.missing_keys}; "
+            f"{len(keys.unexpected_keys)} names of the checkpoint were ignored: "
+            f"{keys.unexpected_keys}. Pass return_keys=True to get these lists instead.",
+            CheckpointWarning,
+            stacklevel=3,
+        )
+
+
+def load_state_dict(
+    template: Any, flat: Mapping[str, Any], *, strict: bool = True, return_keys: bool = False
+) -> Any:
+    """A new tree shaped like ``template`` with arrays taken from ``flat`` by name.
+
+    ``flat`` maps dotted names (``"0.weight"``) to numpy arrays, JAX arrays or torch
+    tensors, e.g. a torch ``state_dict()``. Values are cast to the template's dtypes
+    (a torch ``int64`` counter becomes the template's ``int32``, ``float32`` weights a
+    ``bfloat16`` template's ``bfloat16``). Every check runs before anything is
+    converted, and ``template`` is never changed:
+
+    - ``strict=True``: names in the template but not in ``flat`` (missing) and names in
+      ``flat`` but not in the template (unexpected) raise one ``KeyError`` naming all.
+    - ``strict=False``: only the names both share are loaded; the rest keep the
+      template's values (a pretrained backbone under a new head). Unmatched names are
+      reported: by a ``CheckpointWarning`` listing them, or, with ``return_keys=True``,
+      as an ``IncompatibleKeys`` returned alongside the tree (and no warning).
+    - A shape mismatch raises one ``ValueError`` naming each key, expected and got.
+
+    Returns:
+      the new tree; ``(tree, IncompatibleKeys)`` with ``return_keys=True``.
+    """
+    tree, keys = _load(template, flat, strict, "load_state_dict")
+    if return_keys:
+        return tree, keys
+    if not strict:
+        _warn_unmatched(keys, "load_state_dict")
+    return tree
 
 
 def _rebuild(tree: Any, loaded: Mapping[str, Any], prefix: str) -> Any:
@@ -168,6 +242,288 @@ def _rebuild(tree: Any, loaded: Mapping[str, Any], prefix: str) -> Any:
             _rebuild(v, loaded, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)
         )
     return loaded.get(prefix, tree)
+
+
+# -- checkpoint files -----------------------------------------------------------------
+
+
+def _is_step_counter(name: str) -> bool:
+    return name.rsplit(".", 1)[-1] == "num_batches_tracked"
+
+
+def _entry(name: str, leaf: Any) -> _io.Entry:
+    """What ``save`` writes for one array; its data is fetched only when written."""
+    if type(leaf).__module__.startswith("torch") or not hasattr(leaf, "dtype"):
+        host = _to_numpy(leaf)
+        leaf, fetch = host, lambda: host
+    else:
+        fetch = lambda: np.asarray(leaf)  # noqa: E731 (one device-to-host copy at a time)
+    try:
+        dtype = np.dtype(leaf.dtype)
+    except TypeError:
+        dtype = None
+    if dtype is not None and _is_step_counter(name) and dtype.kind in "iu":
+        dtype = np.dtype(np.int64)  # torch's dtype for BatchNorm's counter
+    if dtype not in _io.CODES:
+        raise ValueError(
+            f"save: {name!r} has dtype {leaf.dtype}, which safetensors cannot store; "
+            f"use one of {sorted(str(d) for d in _io.CODES)}"
+        )
+    return _io.Entry(name, dtype, tuple(int(d) for d in np.shape(leaf)), fetch)
+
+
+def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise ValueError(f"save: metadata must be a dict of str to str, got {metadata!r}")
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError(
+                f"save: metadata must map str to str, got {k!r}: {v!r} "
+                f"({type(k).__name__} to {type(v).__name__}); convert it, e.g. str(value)"
+            )
+    # "format": "pt" is what Hugging Face loaders expect of a torch-layout file.
+    return {"format": "pt", **(metadata or {})}
+
+
+def save(
+    path: str | os.PathLike,
+    params: Mapping[str, Any],
+    state: Mapping[str, Any] | None = None,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    max_shard_bytes: int | None = None,
+) -> Path:
+    """Write ``params`` and ``state`` to a safetensors checkpoint that PyTorch loads.
+
+    Both trees are merged under their dotted torch names in torch's order (``merge``),
+    so ``torch_model.load_state_dict(safetensors.torch.load_file(path))`` accepts the
+    file unchanged. Dtypes are kept (``bfloat16`` included), except that integer
+    ``num_batches_tracked`` counters are written as ``int64``, as torch stores them.
+
+    Saving is atomic: each file is written under a temporary name in the same folder,
+    flushed and fsynced, then renamed over the final name. A failure part-way leaves
+    any earlier checkpoint at ``path`` intact and no temporary file behind.
+
+    Args:
+      path: the ``.safetensors`` file to write; with ``max_shard_bytes``, the folder to
+        write the shards and index into (created if needed).
+      params: the params tree.
+      state: the buffers tree (running statistics), or ``None``.
+      metadata: ``str`` to ``str`` annotations stored in the file's header (read them
+        with ``load_metadata``). ``{"format": "pt"}`` is added unless given, as Hugging
+        Face loaders expect.
+      max_shard_bytes: write a sharded checkpoint in Hugging Face's layout:
+        ``model-00001-of-0000K.safetensors`` ... of at most this many tensor bytes each
+        (a larger tensor gets a shard of its own), plus ``model.safetensors.index.json``
+        (``{"metadata": {"total_size": N}, "weight_map": {name: shard}}``). Shards of an
+        earlier save in the folder that the new index does not name are removed.
+        Default ``None``: one file.
+
+    Returns:
+      the path written: the file, or the index file of a sharded checkpoint.
+
+    Raises:
+      ValueError: bad ``metadata`` or ``max_shard_bytes``, a leaf of a dtype safetensors
+        cannot store, a name both in ``params`` and ``state``, or ``path`` is a folder
+        (without ``max_shard_bytes``).
+    """
+    meta = _check_metadata(metadata)
+    entries = [_entry(k, v) for k, v in flatten(merge(params, state)).items()]
+    target = Path(path)
+    if max_shard_bytes is None:
+        if target.is_dir():
+            raise ValueError(
+                f"save: {target} is a folder; pass a file name such as "
+                f"{target / _io.SINGLE_NAME}, or max_shard_bytes= to write a sharded "
+                "checkpoint into the folder"
+            )
+        _io.write_file(target, entries, meta)
+        return target
+    if isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int):
+        raise ValueError(f"save: max_shard_bytes must be a positive int, got {max_shard_bytes!r}")
+    if max_shard_bytes <= 0:
+        raise ValueError(f"save: max_shard_bytes must be a positive int, got {max_shard_bytes}")
+    return _io.write_sharded(target, entries, meta, max_shard_bytes)
+
+
+def _read(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    file, sharded = _io.resolve(path)
+    return (_io.read_sharded(file) if sharded else _io.read_file(file))[0]
+
+
+def load(path: str | os.PathLike) -> dict[str, jax.Array]:
+    """The flat ``{name: array}`` dict of a checkpoint, in the order the file lists names.
+
+    ``path`` is a ``.safetensors`` file (ours, or one written by
+    ``safetensors.torch.save_file``), a sharded checkpoint's
+    ``model.safetensors.index.json``, or a folder holding either. Files written by
+    ``save`` list names in torch's ``state_dict`` order. Arrays become JAX arrays of the
+    file's dtypes, as JAX canonicalizes them (``int64`` is ``int32`` unless x64 is on).
+
+    Raises:
+      FileNotFoundError: nothing at ``path``.
+      CheckpointError: (a ``ValueError``) a truncated, corrupted, or non-safetensors
+        file, an invalid index, or a missing or mismatched shard; the message names the
+        file and what is wrong.
+    """
+    return {
+        k: jnp.asarray(a, dtype=jax.dtypes.canonicalize_dtype(a.dtype))
+        for k, a in _read(path).items()
+    }
+
+
+def load_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The ``metadata`` stored by ``save`` (from the first shard of a sharded checkpoint)."""
+    file, sharded = _io.resolve(path)
+    if sharded:
+        first = next(iter(_io.read_index(file).values()), None)
+        if first is None:
+            return {}
+        file = file.parent / first
+    return _io.read_metadata(file)
+
+
+def load_into(
+    path: str | os.PathLike,
+    params: Mapping[str, Any],
+    state: Mapping[str, Any] | None = None,
+    *,
+    strict: bool = True,
+    return_keys: bool = False,
+) -> Any:
+    """``params`` (and ``state``) filled by name from the checkpoint at ``path``.
+
+    ``path`` is anything ``load`` accepts. Matching follows ``load_state_dict`` over
+    both templates at once: with ``strict``, one ``KeyError`` names every missing and
+    unexpected key and nothing is loaded; shape mismatches raise one ``ValueError``
+    naming each; values are cast to the templates' dtypes (``int64`` counters to
+    ``int32``). With ``strict=False`` (a backbone under a new head), unmatched names
+    keep the template's values and are reported by a ``CheckpointWarning``, or returned
+    as ``IncompatibleKeys`` with ``return_keys=True``.
+
+    Returns:
+      ``params``; ``(params, state)`` when a ``state`` template is given; with
+      ``return_keys=True``, the same with ``IncompatibleKeys`` appended.
+
+    Example:
+      >>> params = model.init(jax.random.key(0), (1, 784))
+      >>> params = pl.params.load_into("model.safetensors", params)
+    """
+    flat = _read(path)
+    template = params if state is None else merge(params, state)
+    tree, keys = _load(template, flat, strict, f"load_into({os.fspath(path)!r})")
+    loaded = flatten(tree)
+    result: tuple = (_rebuild(params, loaded, ""),)
+    if state is not None:
+        result += (_rebuild(state, loaded, ""),)
+    if return_keys:
+        return (*result, keys)
+    if not strict:
+        _warn_unmatched(keys, "load_into")
+    return result if state is not None else result[0]
+
+
+# -- renaming -------------------------------------------------------------------------
+
+
+def _rule_renamer(rules: Mapping[str, str | None]) -> Callable[[str], str | None]:
+    table: dict[str, list[tuple[list[str], list[str] | None]]] = {}
+    for old, new in rules.items():
+        if not isinstance(old, str) or not old or not all(old.split(".")):
+            raise ValueError(f"rename: rule {old!r} is not a dotted name")
+        if new is not None and not isinstance(new, str):
+            raise ValueError(f"rename: rule {old!r} maps to {new!r}, not a str or None")
+        table.setdefault(old.split(".")[0], []).append(
+            (old.split("."), None if new is None else [p for p in new.split(".") if p])
+        )
+    for candidates in table.values():
+        candidates.sort(key=lambda rule: -len(rule[0]))
+
+    def renamer(name: str) -> str | None:
+        parts, out, i = name.split("."), [], 0
+        while i < len(parts):
+            rule = next(
+                (r for r in table.get(parts[i], ()) if parts[i : i + len(r[0])] == r[0]), None
+            )
+            if rule is None:
+                out.append(parts[i])
+                i += 1
+            elif rule[1] is None:
+                return None
+            else:
+                out.extend(rule[1])
+                i += len(rule[0])
+        return ".".join(out)
+
+    return renamer
+
+
+def rename(
+    flat: Mapping[str, Any], mapping: Mapping[str, str | None] | Callable[[str], str | None]
+) -> dict[str, Any]:
+    """``flat`` with its names changed, in the same order, values untouched.
+
+    Args:
+      flat: ``{dotted name: array}``, e.g. a torch ``state_dict()`` or ``load``'s result.
+      mapping: either a function ``name -> new name`` (``None`` drops the entry; use
+        ``re.sub`` inside it for patterns), or a dict of rules on whole name components:
+        a rule ``"old.part": "new.part"`` replaces that run of components wherever it
+        occurs in a name, so ``{"out_proj": "out"}`` turns
+        ``"blocks.0.attn.out_proj.weight"`` into ``"blocks.0.attn.out.weight"``, and
+        ``{"module": ""}`` strips the ``module.`` prefix ``DataParallel`` adds. Rules
+        apply to the original name, left to right, longest rule first where several
+        match at a component; a rule mapping to ``None`` drops every name it matches.
+        Prefix a rule with its module's path to confine it (``"encoder.out_proj"``).
+
+    Raises:
+      ValueError: two names would get the same new name (all such collisions are
+        named), a rule or result is not a dotted name.
+
+    Example:
+      >>> rename({"attn.in_proj_weight": w}, TORCH_MHA_TO_PURELAYERS)
+      {'attn.qkv.weight': w}
+    """
+    if isinstance(mapping, Mapping):
+        fn = _rule_renamer(mapping)
+    elif callable(mapping):
+        fn = mapping
+    else:
+        raise ValueError(f"rename: mapping must be a dict or a function, got {mapping!r}")
+    out: dict[str, Any] = {}
+    source: dict[str, list[str]] = {}
+    for name, value in flat.items():
+        new = fn(name)
+        if new is None:
+            continue
+        if not isinstance(new, str) or not new or not all(new.split(".")):
+            raise ValueError(f"rename: {name!r} maps to {new!r}, which is not a dotted name")
+        source.setdefault(new, []).append(name)
+        out[new] = value
+    clashes = [f"{olds} -> {new!r}" for new, olds in source.items() if len(olds) > 1]
+    if clashes:
+        raise ValueError("rename: several names map to one name: " + "; ".join(clashes))
+    return out
+
+
+TORCH_MHA_TO_PURELAYERS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "in_proj_weight": "qkv.weight",
+        "in_proj_bias": "qkv.bias",
+        "out_proj.weight": "out.weight",
+        "out_proj.bias": "out.bias",
+    }
+)
+"""``rename`` rules from ``torch.nn.MultiheadAttention``'s names to ``MultiHeadAttention``'s.
+
+Torch's packed ``in_proj_weight`` ``[3E, E]`` (query, key, value rows) is the layout of
+``qkv.weight``. Modules built with ``kdim``/``vdim`` (separate ``q_proj_weight`` ...) or
+``add_bias_kv`` have no counterpart.
+"""
+
+PURELAYERS_TO_TORCH_MHA: Mapping[str, str] = types.MappingProxyType(
+    {new: old for old, new in TORCH_MHA_TO_PURELAYERS.items()}
+)
+"""The inverse of ``TORCH_MHA_TO_PURELAYERS``: ``qkv.weight`` -> ``in_proj_weight`` ..."""
 
 
 # -- summary --------------------------------------------------------------------------

@@ -1,0 +1,548 @@
+"""Checkpoint files: PyTorch loads what we save and we load what it saves; atomic writes;
+clear errors for damaged files; strict and non-strict loading; sharding; renaming."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import _safetensors_io as _io
+from purelayers import layers as L
+from purelayers.params import (
+    PURELAYERS_TO_TORCH_MHA,
+    TORCH_MHA_TO_PURELAYERS,
+    CheckpointError,
+    CheckpointWarning,
+    IncompatibleKeys,
+    flatten,
+    load,
+    load_into,
+    load_metadata,
+    load_state_dict,
+    rename,
+    save,
+    summary,
+)
+from tests.parity import check_parity
+
+st = pytest.importorskip("safetensors.torch")
+
+
+def _mlp():
+    return L.Sequential(L.Linear(8), L.ReLU(), L.Linear(3))
+
+
+def _torch_mlp(torch):
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _x(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def mlp_file(tmp_path):
+    params = _mlp().init(jax.random.key(0), (2, 4))
+    path = tmp_path / "mlp.safetensors"
+    save(path, params)
+    return path, params
+
+
+def _error_names(path):
+    return re.escape(os.fspath(path))
+
+
+# -- PyTorch both ways ------------------------------------------------------------------
+
+
+def test_mlp_saved_file_loads_into_torch_with_equal_outputs(torch, tmp_path):
+    model = _mlp()
+    params = model.init(jax.random.key(1), (2, 4))
+    path = save(tmp_path / "mlp.safetensors", params)
+    module = _torch_mlp(torch)
+    module.load_state_dict(st.load_file(path), strict=True)
+    x = _x(5, 4)
+    np.testing.assert_allclose(
+        np.asarray(model.apply(params, jnp.asarray(x))),
+        module(torch.tensor(x)).detach().numpy(),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+def test_mlp_torch_file_loads_into_purelayers_with_equal_outputs_and_gradients(torch, tmp_path):
+    module = _torch_mlp(torch)
+    st.save_file(module.state_dict(), tmp_path / "torch.safetensors")
+    model = _mlp()
+    template = model.init(jax.random.key(0), (2, 4))
+    params = load_into(tmp_path / "torch.safetensors", template)
+    assert not np.array_equal(params["0"]["weight"], template["0"]["weight"])
+    check_parity(torch, module, model.apply, params, [_x(5, 4)])
+
+
+def test_load_lists_names_in_torch_order_and_keeps_values(mlp_file, torch):
+    path, params = mlp_file
+    loaded = load(path)
+    assert list(loaded) == list(_torch_mlp(torch).state_dict()) == list(flatten(params))
+    for name, value in flatten(params).items():
+        np.testing.assert_array_equal(loaded[name], value)
+        assert loaded[name].dtype == value.dtype
+
+
+def test_bfloat16_round_trip_is_exact_and_torch_reads_bfloat16(torch, tmp_path):
+    params = _mlp().init(jax.random.key(0), (2, 4), jnp.bfloat16)
+    path = save(tmp_path / "bf16.safetensors", params)
+    loaded = load(path)
+    for name, value in flatten(params).items():
+        assert loaded[name].dtype == jnp.bfloat16
+        np.testing.assert_array_equal(
+            np.asarray(loaded[name], np.float32), np.asarray(value, np.float32)
+        )
+    from_torch = st.load_file(path)
+    assert from_torch["0.weight"].dtype == torch.bfloat16
+    np.testing.assert_array_equal(
+        from_torch["0.weight"].float().numpy(), np.asarray(params["0"]["weight"], np.float32)
+    )
+    # and back: a torch-written bfloat16 file
+    st.save_file(from_torch, tmp_path / "back.safetensors")
+    again = load_into(tmp_path / "back.safetensors", params)
+    assert again["2"]["bias"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(
+        np.asarray(again["2"]["bias"], np.float32), np.asarray(params["2"]["bias"], np.float32)
+    )
+
+
+def test_step_counters_are_written_as_int64_and_read_back_as_the_template_dtype(torch, tmp_path):
+    params = {"bn": {"weight": jnp.ones(3), "bias": jnp.zeros(3)}}
+    state = {
+        "bn": {
+            "running_mean": jnp.zeros(3),
+            "running_var": jnp.ones(3),
+            "num_batches_tracked": jnp.asarray(7, jnp.int32),
+        }
+    }
+    path = save(tmp_path / "bn.safetensors", params, state)
+    sd = st.load_file(path)
+    assert sd["bn.num_batches_tracked"].dtype == torch.int64
+    assert int(sd["bn.num_batches_tracked"]) == 7
+    assert list(load(path)) == [
+        "bn.weight",
+        "bn.bias",
+        "bn.running_mean",
+        "bn.running_var",
+        "bn.num_batches_tracked",
+    ]
+    module = torch.nn.ModuleDict({"bn": torch.nn.BatchNorm1d(3)})
+    module.load_state_dict(sd, strict=True)
+    p2, s2 = load_into(path, params, state)
+    assert s2["bn"]["num_batches_tracked"].dtype == jnp.int32
+    assert int(s2["bn"]["num_batches_tracked"]) == 7
+    np.testing.assert_array_equal(p2["bn"]["weight"], params["bn"]["weight"])
+
+
+def test_metadata_is_stored_in_the_header_and_validated(tmp_path, mlp_file):
+    path, params = mlp_file
+    save(path, params, metadata={"epoch": "3", "format": "pt"})
+    assert load_metadata(path) == {"format": "pt", "epoch": "3"}
+    with pytest.raises(ValueError, match=r"save: metadata must map str to str, got 'epoch': 3"):
+        save(path, params, metadata={"epoch": 3})
+    with pytest.raises(ValueError, match=r"save: metadata must be a dict"):
+        save(path, params, metadata=["epoch"])
+    assert load_metadata(path) == {"format": "pt", "epoch": "3"}  # failed saves wrote nothing
+
+
+def test_save_rejects_folders_bad_shard_sizes_and_unstorable_dtypes(tmp_path, mlp_file):
+    _, params = mlp_file
+    with pytest.raises(ValueError, match=r"is a folder; pass a file name"):
+        save(tmp_path, params)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=r"max_shard_bytes must be a positive int"):
+            save(tmp_path / "s", params, max_shard_bytes=bad)
+    with pytest.raises(ValueError, match=r"save: 'rng' has dtype key<fry>"):
+        save(tmp_path / "k.safetensors", {"rng": jax.random.key(0)})
+    with pytest.raises(ValueError, match=r"'w' is both a parameter and a buffer"):
+        save(tmp_path / "k.safetensors", {"w": jnp.ones(2)}, {"w": jnp.ones(2)})
+
+
+# -- atomic writes ----------------------------------------------------------------------
+
+
+class _Crash(BaseException):
+    """Stands for a crash or Ctrl-C in the middle of writing."""
+
+
+def _crash_on_call(n):
+    calls = []
+
+    def crash(*args, **kwargs):
+        calls.append(1)
+        if len(calls) >= n:
+            raise _Crash
+        return _io_host_bytes(*args, **kwargs)
+
+    return crash
+
+
+_io_host_bytes = _io.host_bytes
+
+
+@pytest.mark.parametrize("where", ["while writing tensors", "in fsync", "in the rename"])
+def test_a_failed_save_leaves_the_earlier_file_intact_and_no_temporary(
+    monkeypatch, mlp_file, where
+):
+    path, params = mlp_file
+    before = path.read_bytes()
+    if where == "while writing tensors":
+        monkeypatch.setattr(_io, "host_bytes", _crash_on_call(2))
+    elif where == "in fsync":
+        monkeypatch.setattr(_io.os, "fsync", lambda fd: (_ for _ in ()).throw(_Crash()))
+    else:
+        monkeypatch.setattr(_io.os, "replace", lambda a, b: (_ for _ in ()).throw(_Crash()))
+    newer = jax.tree.map(lambda a: a + 1, params)
+    with pytest.raises(_Crash):
+        save(path, newer)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(path.parent)) == [path.name]
+    np.testing.assert_array_equal(load(path)["2.bias"], params["2"]["bias"])
+
+
+def test_a_failed_sharded_save_leaves_the_earlier_checkpoint_intact(monkeypatch, tmp_path):
+    params = _mlp().init(jax.random.key(0), (2, 4))
+    save(tmp_path, params, max_shard_bytes=64)
+    before = {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)}
+    monkeypatch.setattr(_io, "host_bytes", _crash_on_call(3))
+    with pytest.raises(_Crash):
+        save(tmp_path, jax.tree.map(lambda a: a + 1, params), max_shard_bytes=64)
+    monkeypatch.undo()
+    assert {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)} == before
+    np.testing.assert_array_equal(load(tmp_path)["0.weight"], params["0"]["weight"])
+
+
+# -- damaged files ----------------------------------------------------------------------
+
+
+def _header_end(data: bytes) -> int:
+    return 8 + int.from_bytes(data[:8], "little")
+
+
+def test_truncated_files_raise_a_checkpoint_error_naming_the_file(mlp_file):
+    path, _ = mlp_file
+    data = path.read_bytes()
+    end = _header_end(data)
+    for cut in sorted({0, 3, 8, 9, end // 2, end - 1, end, end + 5, len(data) - 1}):
+        path.write_bytes(data[:cut])
+        with pytest.raises(CheckpointError, match=_error_names(path)) as info:
+            load(path)
+        assert info.value.path == os.fspath(path)
+        assert re.search(r"truncated|not a safetensors file|corrupted", str(info.value))
+    path.write_bytes(data[: len(data) - 4])
+    with pytest.raises(CheckpointError, match=r"truncated: the header describes \d+ bytes"):
+        load(path)
+
+
+@pytest.mark.parametrize("size", [0, 5, 64, 4096])
+def test_random_bytes_raise_a_checkpoint_error(tmp_path, size):
+    path = tmp_path / "noise.safetensors"
+    for seed in range(5):
+        path.write_bytes(np.random.default_rng(seed).bytes(size))
+        with pytest.raises(CheckpointError, match=_error_names(path)):
+            load(path)
+
+
+def test_a_torch_save_zip_is_recognised(torch, tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save(_torch_mlp(torch).state_dict(), path)
+    with pytest.raises(CheckpointError, match=r"zip archive: a torch.save file\?"):
+        load(path)
+
+
+def test_every_single_bit_flip_in_the_header_is_caught_or_harmless(mlp_file):
+    """A flipped bit either raises ``CheckpointError``, or only renames a tensor or
+    changes the metadata: the values come back unchanged. Nothing else escapes, and
+    whatever the reference parser rejects we reject too."""
+    import safetensors
+
+    path, params = mlp_file
+    data = path.read_bytes()
+    original = list(flatten(params).values())
+    caught = 0
+    for pos in range(_header_end(data)):
+        for bit in (0, 3, 6):
+            damaged = bytearray(data)
+            damaged[pos] ^= 1 << bit
+            path.write_bytes(bytes(damaged))
+            try:
+                loaded = load(path)
+            except CheckpointError as e:
+                assert os.fspath(path) in str(e)
+                caught += 1
+                continue
+            assert len(loaded) == len(original), (pos, bit)
+            for got, want in zip(loaded.values(), original, strict=True):
+                np.testing.assert_array_equal(got, want)
+            safetensors.deserialize(bytes(damaged))  # the reference parser accepts it too
+    assert caught > 0.5 * 3 * _header_end(data)
+
+
+def test_the_reference_parser_accepts_what_we_write(mlp_file):
+    import safetensors
+
+    path, params = mlp_file
+    names = [name for name, _ in safetensors.deserialize(path.read_bytes())]
+    assert sorted(names) == sorted(flatten(params))
+
+
+# -- strict and non-strict --------------------------------------------------------------
+
+
+def _with_head(n):
+    return L.Sequential(L.Linear(8), L.ReLU(), L.Linear(3), L.ReLU(), L.Linear(n))
+
+
+def test_strict_names_every_missing_and_unexpected_key_at_once(mlp_file):
+    path, _ = mlp_file
+    template = _with_head(2).init(jax.random.key(5), (2, 4))
+    with pytest.raises(
+        KeyError, match=r"missing keys: \['4.weight', '4.bias'\]; unexpected keys: \[\]"
+    ):
+        load_into(path, template)
+    renamed = {"enc": _mlp().init(jax.random.key(0), (2, 4))}
+    with pytest.raises(KeyError) as info:
+        load_into(path, renamed)
+    message = str(info.value)
+    for name in ("enc.0.weight", "enc.2.bias", "'0.weight'", "'2.bias'"):
+        assert name in message
+    assert os.fspath(path) in message
+
+
+def test_shape_mismatches_are_named_together(tmp_path):
+    params = {"a": jnp.ones((2, 3)), "b": jnp.ones(4), "c": jnp.ones(1)}
+    path = save(tmp_path / "p.safetensors", params)
+    template = {"a": jnp.ones((3, 2)), "b": jnp.ones(5), "c": jnp.ones(1)}
+    with pytest.raises(
+        ValueError,
+        match=r"shape mismatch for a: expected \(3, 2\), got \(2, 3\); b: expected \(5,\), got \(4,\)",
+    ):
+        load_into(path, template)
+    with pytest.raises(ValueError, match=r"shape mismatch for a"):
+        load_into(path, template, strict=False)
+
+
+def test_non_strict_loads_a_backbone_under_a_new_head_and_reports_the_rest(mlp_file):
+    path, params = mlp_file
+    template = _with_head(2).init(jax.random.key(5), (2, 4))
+    with pytest.warns(
+        CheckpointWarning, match=r"2 names of the model were not in the checkpoint"
+    ) as rec:
+        loaded = load_into(path, template, strict=False)
+    assert "['4.weight', '4.bias']" in str(rec[0].message)
+    assert rec[0].filename == __file__
+    np.testing.assert_array_equal(loaded["0"]["weight"], params["0"]["weight"])
+    np.testing.assert_array_equal(loaded["4"]["weight"], template["4"]["weight"])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded2, keys = load_into(path, template, strict=False, return_keys=True)
+    assert keys == IncompatibleKeys(["4.weight", "4.bias"], [])
+    np.testing.assert_array_equal(loaded2["4"]["bias"], template["4"]["bias"])
+
+    small = {"0": _mlp().init(jax.random.key(0), (2, 4))["0"]}
+    _, keys3 = load_into(path, small, strict=False, return_keys=True)
+    assert keys3 == IncompatibleKeys([], ["2.weight", "2.bias"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_into(path, _mlp().init(jax.random.key(0), (2, 4)), strict=False)  # nothing to say
+
+
+def test_load_state_dict_reports_unmatched_names_the_same_way():
+    template = {"a": jnp.zeros(2), "b": jnp.zeros(2)}
+    with pytest.warns(CheckpointWarning, match=r"load_state_dict\(strict=False\): 1 names"):
+        out = load_state_dict(template, {"a": np.ones(2), "z": np.ones(1)}, strict=False)
+    np.testing.assert_array_equal(out["a"], np.ones(2))
+    out, keys = load_state_dict(template, {"a": np.ones(2)}, strict=False, return_keys=True)
+    assert keys.missing_keys == ["b"] and keys.unexpected_keys == []
+
+
+def test_loading_casts_to_the_template_dtypes(tmp_path):
+    values = {
+        "w": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3),
+        "d": np.arange(3, dtype=np.float64) / 3,
+        "n": np.asarray(12, np.int64),
+    }
+    path = tmp_path / "c.safetensors"
+    _io.write_file(
+        path,
+        [_io.Entry(k, v.dtype, v.shape, lambda v=v: v) for k, v in values.items()],
+        None,
+    )
+    template = {
+        "w": jnp.zeros((2, 3), jnp.bfloat16),
+        "d": jnp.zeros(3, jnp.float32),
+        "n": jnp.zeros((), jnp.int32),
+    }
+    out = load_into(path, template)
+    assert {k: v.dtype for k, v in out.items()} == {
+        "w": jnp.bfloat16,
+        "d": jnp.float32,
+        "n": jnp.int32,
+    }
+    np.testing.assert_array_equal(out["w"], values["w"].astype(jnp.bfloat16))
+    np.testing.assert_allclose(out["d"], values["d"], rtol=1e-7)
+    assert int(out["n"]) == 12
+
+
+# -- sharded checkpoints ----------------------------------------------------------------
+
+
+def _wide():
+    return L.Sequential(L.Linear(16), L.ReLU(), L.Linear(16), L.ReLU(), L.Linear(4))
+
+
+def test_sharded_round_trip_in_hugging_face_layout(torch, tmp_path):
+    params = _wide().init(jax.random.key(0), (2, 8))
+    index_path = save(tmp_path / "ckpt", params, max_shard_bytes=600, metadata={"step": "9"})
+    assert index_path == tmp_path / "ckpt" / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    flat = flatten(params)
+    assert set(index) == {"metadata", "weight_map"}
+    assert list(index["weight_map"]) == list(flat)
+    assert index["metadata"]["total_size"] == sum(a.nbytes for a in flat.values())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 3
+    assert shards == [
+        f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)
+    ]
+    merged = {}
+    for shard in shards:
+        part = st.load_file(tmp_path / "ckpt" / shard)
+        assert sum(t.numel() * t.element_size() for t in part.values()) <= 600 or len(part) == 1
+        assert all(index["weight_map"][k] == shard for k in part)
+        merged.update(part)
+    module = torch.nn.Sequential(
+        torch.nn.Linear(8, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 4),
+    )
+    module.load_state_dict(merged, strict=True)
+    for source in (tmp_path / "ckpt", index_path):
+        loaded = load(source)
+        assert list(loaded) == list(flat)
+        for k, v in flat.items():
+            np.testing.assert_array_equal(loaded[k], v)
+    template = _wide().init(jax.random.key(1), (2, 8))
+    again = load_into(tmp_path / "ckpt", template)
+    np.testing.assert_array_equal(again["4"]["weight"], params["4"]["weight"])
+    assert load_metadata(tmp_path / "ckpt") == {"format": "pt", "step": "9"}
+
+    save(tmp_path / "ckpt", params, max_shard_bytes=10**6)  # fewer shards: stale ones go
+    assert sorted(os.listdir(tmp_path / "ckpt")) == [
+        "model-00001-of-00001.safetensors",
+        "model.safetensors.index.json",
+    ]
+    np.testing.assert_array_equal(load(tmp_path / "ckpt")["2.bias"], params["2"]["bias"])
+
+
+def test_sharded_errors_name_the_index_and_the_shard(tmp_path):
+    params = _wide().init(jax.random.key(0), (2, 8))
+    index_path = save(tmp_path, params, max_shard_bytes=600)
+    good = index_path.read_text()
+    index_path.write_text(good[:-20])
+    with pytest.raises(
+        CheckpointError,
+        match=_error_names(index_path) + r": not a valid sharded-checkpoint index: not JSON",
+    ):
+        load(tmp_path)
+    index_path.write_text(json.dumps({"metadata": {}}))
+    with pytest.raises(CheckpointError, match=r"expected \{\"metadata\""):
+        load(index_path)
+    index = json.loads(good)
+    index["weight_map"]["0.weight"] = "../elsewhere.safetensors"
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"not a file in its folder"):
+        load(tmp_path)
+    index_path.write_text(good)
+    last = sorted(set(json.loads(good)["weight_map"].values()))[-1]
+    (tmp_path / last).rename(tmp_path / "moved.safetensors")
+    with pytest.raises(CheckpointError, match=r"shard .*" + re.escape(last) + r" is missing"):
+        load(tmp_path)
+    (tmp_path / "moved.safetensors").rename(tmp_path / last)
+    index = json.loads(good)
+    index["weight_map"]["4.bias"] = index["weight_map"]["0.weight"]
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"does not match the index .*\['4.bias'\]"):
+        load(tmp_path)
+
+
+def test_folders_and_missing_paths(tmp_path, mlp_file):
+    _, params = mlp_file
+    assert list(load(tmp_path)) == list(flatten(params))  # the only .safetensors file
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at .*nothing.safetensors"):
+        load(tmp_path / "nothing.safetensors")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match=r"empty: the folder holds no single checkpoint"):
+        load(empty)
+
+
+# -- renaming ---------------------------------------------------------------------------
+
+
+def test_rename_with_rules_and_functions():
+    flat = {"module.enc.0.weight": 1, "module.enc.0.bias": 2, "module.head.weight": 3}
+    assert rename(flat, {"module": ""}) == {"enc.0.weight": 1, "enc.0.bias": 2, "head.weight": 3}
+    assert list(rename(flat, {"module.enc": "backbone", "module": "m"})) == [
+        "backbone.0.weight",
+        "backbone.0.bias",
+        "m.head.weight",
+    ]
+    assert rename(flat, {"head": None}) == {"module.enc.0.weight": 1, "module.enc.0.bias": 2}
+    assert rename(flat, lambda n: None if n.endswith("bias") else n.upper()) == {
+        "MODULE.ENC.0.WEIGHT": 1,
+        "MODULE.HEAD.WEIGHT": 3,
+    }
+    assert rename({"encoder_x.weight": 1}, {"encoder": "e"}) == {"encoder_x.weight": 1}
+    with pytest.raises(
+        ValueError, match=r"several names map to one name: \['a.w', 'b.w'\] -> 'c.w'"
+    ):
+        rename({"a.w": 1, "b.w": 2}, {"a": "c", "b": "c"})
+    with pytest.raises(ValueError, match=r"'a.w' maps to '', which is not a dotted name"):
+        rename({"a.w": 1}, lambda n: "")
+    with pytest.raises(ValueError, match=r"rule '.x' is not a dotted name"):
+        rename({"a.w": 1}, {".x": "y"})
+
+
+def test_mha_maps_are_inverse_of_each_other(torch):
+    module = torch.nn.ModuleDict({"attn": torch.nn.MultiheadAttention(8, 2)})
+    sd = module.state_dict()
+    ours = rename(sd, TORCH_MHA_TO_PURELAYERS)
+    assert list(ours) == ["attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "attn.out.bias"]
+    assert list(rename(ours, PURELAYERS_TO_TORCH_MHA)) == list(sd)
+
+
+# -- summary ----------------------------------------------------------------------------
+
+
+def test_summary_lists_a_key_sorted_tree_in_torch_order():
+    model = L.Sequential(*[L.Linear(3) for _ in range(11)])
+    params = model.init(jax.random.key(0), (1, 2))
+    sorted_params = jax.jit(lambda p: p)(params)
+    assert list(flatten(sorted_params))[:3] == ["0.bias", "0.weight", "1.bias"]
+    table = summary(model, sorted_params).splitlines()
+    names = [line.split()[0] for line in table[2:-2]]
+    assert names == list(flatten(params))
+    assert names[:3] == ["0.weight", "0.bias", "1.weight"] and names[-1] == "10.bias"
+    assert table[0].split() == ["name", "shape", "dtype", "count", "kind"]
+    assert table[2].split() == ["0.weight", "(3,", "2)", "float32", "6", "param"]
+    assert table[-1] == f"total: {pl.params.count(params):,} trainable parameters in 22 arrays"
