@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from purelayers.params import _to_numpy, flatten
 
@@ -59,37 +60,44 @@ def gradcheck(
         if not slots:
             raise ValueError("gradcheck: no floating-point leaf in args to differentiate")
         xs = [leaves[i] for i in slots]
+        flat, unravel = ravel_pytree(xs)
 
-        def f(*inputs):
+        def f(v):
             full = list(leaves)
-            for i, v in zip(slots, inputs, strict=True):
-                full[i] = v
+            for i, x in zip(slots, unravel(v), strict=True):
+                full[i] = x
             out = fn(*jax.tree.unflatten(treedef, full))
             outs = [jnp.ravel(o) for o in jax.tree.leaves(out) if _is_float(o)]
             if not outs:
                 raise ValueError("gradcheck: fn returned no floating-point output")
             return jnp.concatenate(outs)
 
-        argnums = tuple(range(len(xs)))
-        rev = jax.jacrev(f, argnums=argnums)(*xs)
-        fwd = jax.jacfwd(f, argnums=argnums)(*xs)
+        # One compiled function per method over all inputs at once.
+        jacobians = {
+            "reverse-mode": np.asarray(jax.jit(jax.jacrev(f))(flat)),
+            "forward-mode": np.asarray(jax.jit(jax.jacfwd(f))(flat)),
+        }
+        numerical = _finite_differences(f, flat, eps, batch_size)
+        bounds = np.cumsum([0] + [int(np.size(x)) for x in xs])
         worst = None
-        for n, (slot, x) in enumerate(zip(slots, xs, strict=True)):
-            numerical = _finite_differences(f, xs, n, eps, batch_size)
-            for mode, jac in (("reverse-mode", rev[n]), ("forward-mode", fwd[n])):
-                analytic = np.asarray(jac).reshape(numerical.shape)
-                excess = np.abs(analytic - numerical) - (atol + rtol * np.abs(numerical))
-                if excess.size and excess.max() > 0 and (worst is None or excess.max() > worst[0]):
-                    out_i, in_i = np.unravel_index(int(np.argmax(excess)), excess.shape)
-                    worst = (
-                        float(excess.max()),
-                        _leaf_name(leaves_with_path[slot][0]),
-                        mode,
-                        int(out_i),
-                        np.unravel_index(int(in_i), np.shape(x)) if np.ndim(x) else (),
-                        float(analytic[out_i, in_i]),
-                        float(numerical[out_i, in_i]),
-                    )
+        for mode, jac in jacobians.items():
+            excess = np.abs(jac - numerical) - (atol + rtol * np.abs(numerical))
+            if excess.size == 0 or excess.max() <= 0:
+                continue
+            out_i, in_i = np.unravel_index(int(np.argmax(excess)), excess.shape)
+            if worst is not None and excess[out_i, in_i] <= worst[0]:
+                continue
+            n = int(np.searchsorted(bounds, in_i, side="right")) - 1
+            local = int(in_i - bounds[n])
+            worst = (
+                float(excess[out_i, in_i]),
+                _leaf_name(leaves_with_path[slots[n]][0]),
+                mode,
+                int(out_i),
+                np.unravel_index(local, np.shape(xs[n])) if np.ndim(xs[n]) else (),
+                float(jac[out_i, in_i]),
+                float(numerical[out_i, in_i]),
+            )
     if worst is not None:
         _, name, mode, out_i, in_i, a, num = worst
         raise AssertionError(
@@ -101,20 +109,18 @@ def gradcheck(
     return True
 
 
-def _finite_differences(f, xs, n, eps, batch_size) -> np.ndarray:
-    """``(outputs, inputs)`` Jacobian of ``f`` in its ``n``-th input by central differences."""
-    x = xs[n]
-    size = int(np.prod(np.shape(x), dtype=np.int64))
+def _finite_differences(f, flat, eps, batch_size) -> np.ndarray:
+    """``(outputs, inputs)`` Jacobian of ``f`` at ``flat`` by central differences."""
 
-    def column(j):
-        step = jnp.zeros(size, x.dtype).at[j].set(eps).reshape(jnp.shape(x))
-        plus = list(xs)
-        minus = list(xs)
-        plus[n], minus[n] = x + step, x - step
-        return (f(*plus) - f(*minus)) / (2 * eps)
+    @jax.jit
+    def columns(flat):
+        def column(j):
+            step = jnp.zeros_like(flat).at[j].set(eps)
+            return (f(flat + step) - f(flat - step)) / (2 * eps)
 
-    cols = jax.lax.map(column, jnp.arange(size), batch_size=min(batch_size, max(size, 1)))
-    return np.asarray(cols).T
+        return jax.lax.map(column, jnp.arange(flat.size), batch_size=min(batch_size, flat.size))
+
+    return np.asarray(columns(flat)).T
 
 
 def assert_tree_allclose(

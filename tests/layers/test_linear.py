@@ -1,0 +1,102 @@
+"""Linear: worked example, torch parity, init statistics, gradcheck, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import layers as L
+from tests.parity import check_parity, load_from_torch
+
+
+def test_worked_example():
+    """W = [[1, 2], [3, 4], [5, 6]], b = [0.5, -0.5, 1], x = [[1, 1]].
+
+    y = x W^T + b = [1+2, 3+4, 5+6] + b = [3.5, 6.5, 12].
+    With upstream gradient ones (1x3): dW = ones^T x = 3x2 ones, db = [1, 1, 1],
+    dx = ones W = [1+3+5, 2+4+6] = [9, 12].
+    """
+    params = {"weight": jnp.array([[1.0, 2], [3, 4], [5, 6]]), "bias": jnp.array([0.5, -0.5, 1])}
+    x = jnp.array([[1.0, 1.0]])
+    lin = L.Linear(3)
+    np.testing.assert_allclose(lin.apply(params, x), [[3.5, 6.5, 12.0]])
+    gp, gx = jax.grad(lambda p, x: lin.apply(p, x).sum(), argnums=(0, 1))(params, x)
+    np.testing.assert_allclose(gp["weight"], np.ones((3, 2)))
+    np.testing.assert_allclose(gp["bias"], [1.0, 1.0, 1.0])
+    np.testing.assert_allclose(gx, [[9.0, 12.0]])
+
+
+def test_shapes_and_leading_axes():
+    lin = L.Linear(5)
+    params = lin.init(jax.random.key(0), (2, 3, 4))
+    assert jax.tree.map(jnp.shape, params) == {"weight": (5, 4), "bias": (5,)}
+    assert list(params) == ["weight", "bias"]
+    assert lin.apply(params, jnp.ones((2, 3, 4))).shape == (2, 3, 5)
+    assert lin.apply(params, jnp.ones((4,))).shape == (5,)
+    no_bias = L.Linear(5, bias=False).init(jax.random.key(0), (4,))
+    assert list(no_bias) == ["weight"]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 6), (2, 3, 6)])
+def test_torch_parity(torch, bias, shape):
+    module = torch.nn.Linear(6, 4, bias=bias)
+    layer = L.Linear(4, bias=bias)
+    params = load_from_torch(layer, module, shape)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    check_parity(torch, module, layer.apply, params, [x])
+
+
+def test_default_init_statistics():
+    """torch's default: U(-1/sqrt(256), 1/sqrt(256)); std = (1/16) / sqrt(3) = 0.0361."""
+    params = L.Linear(128).init(jax.random.key(1), (1, 256))
+    w, b = np.asarray(params["weight"]), np.asarray(params["bias"])
+    assert np.abs(w).max() <= 1 / 16 and np.abs(b).max() <= 1 / 16
+    assert abs(w.std() - 1 / 16 / np.sqrt(3)) < 0.001
+    assert abs(w.mean()) < 0.001
+
+
+def test_init_is_keyed_and_overridable():
+    lin = L.Linear(8)
+    a, b = lin.init(jax.random.key(0), (3,)), lin.init(jax.random.key(0), (3,))
+    c = lin.init(jax.random.key(1), (3,))
+    assert jnp.array_equal(a["weight"], b["weight"])
+    assert not jnp.array_equal(a["weight"], c["weight"])
+    legacy = lin.init(jax.random.PRNGKey(0), (3,))
+    assert legacy["weight"].shape == (8, 3)
+    custom = L.Linear(8, weight_init=pl.init.zeros(), bias_init=pl.init.ones()).init(
+        jax.random.key(0), (3,)
+    )
+    assert not custom["weight"].any() and bool((custom["bias"] == 1).all())
+
+
+def test_dtype_follows_input():
+    lin = L.Linear(4)
+    params = lin.init(jax.random.key(0), (2, 3), jnp.bfloat16)
+    assert params["weight"].dtype == jnp.bfloat16
+    assert lin.apply(params, jnp.ones((2, 3), jnp.bfloat16)).dtype == jnp.bfloat16
+
+
+def test_gradcheck():
+    lin = L.Linear(3)
+    params = lin.init(jax.random.key(0), (2, 4))
+    x = jax.random.normal(jax.random.key(1), (2, 4))
+    assert pl.testing.gradcheck(lin.apply, params, x)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"Linear: out_features must be a positive integer, got 0"):
+        L.Linear(0)
+    with pytest.raises(
+        ValueError, match=r"Linear: out_features must be a positive integer, got 2.5"
+    ):
+        L.Linear(2.5)
+    lin = L.Linear(3)
+    params = lin.init(jax.random.key(0), (2, 4))
+    with pytest.raises(ValueError, match=r"Linear: input last axis expected 4, got 5"):
+        lin.apply(params, jnp.ones((2, 5)))
+    with pytest.raises(ValueError, match=r"Linear: input last axis expected 4, got 5"):
+        jax.jit(lin.apply)(params, jnp.ones((2, 5)))
+    with pytest.raises(ValueError, match=r"Linear: input rank expected at least 1"):
+        lin.init(jax.random.key(0), ())
