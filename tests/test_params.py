@@ -21,7 +21,7 @@ def test_flatten_unflatten_roundtrip():
     assert jax.tree.structure(back) == jax.tree.structure(params)
     pl.testing.assert_tree_allclose(back, params, rtol=0, atol=0)
     assert pl.params.flatten({"a": [jnp.ones(1), {"b": jnp.ones(2)}]}).keys() == {"a.0", "a.1.b"}
-    with pytest.raises(ValueError, match="unflatten: 'a.b' needs 'a' to be a group"):
+    with pytest.raises(ValueError, match=r"unflatten: 'a\.b' needs 'a' to be a group"):
         pl.params.unflatten({"a": 1, "a.b": 2})
 
 
