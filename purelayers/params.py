@@ -191,12 +191,21 @@ def _load(template: Any, flat: Mapping[str, Any], strict: bool, who: str):
 
 
 def _warn_unmatched(keys: IncompatibleKeys, who: str) -> None:
-    if keys.missing_keys or keys.unexpected_keys:
-        warnings.warn(
-            f"{who}(strict=False): {len(keys.missing_keys)} names of the model were not in "
-            f"the checkpoint and keep their values: {keys.missing_keys}; "
+    parts = []
+    if keys.missing_keys:
+        parts.append(
+            f"{len(keys.missing_keys)} names of the model were not in the checkpoint and "
+            f"keep their values: {keys.missing_keys}"
+        )
+    if keys.unexpected_keys:
+        parts.append(
             f"{len(keys.unexpected_keys)} names of the checkpoint were ignored: "
-            f"{keys.unexpected_keys}. Pass return_keys=True to get these lists instead.",
+            f"{keys.unexpected_keys}"
+        )
+    if parts:
+        warnings.warn(
+            f"{who}(strict=False): {'; '.join(parts)}. "
+            "Pass return_keys=True to get these lists instead of this warning.",
             CheckpointWarning,
             stacklevel=3,
         )

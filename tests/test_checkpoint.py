@@ -30,6 +30,7 @@ from purelayers.params import (
     rename,
     save,
     summary,
+    unflatten,
 )
 from tests.parity import check_parity
 
@@ -529,6 +530,48 @@ def test_mha_maps_are_inverse_of_each_other(torch):
     ours = rename(sd, TORCH_MHA_TO_PURELAYERS)
     assert list(ours) == ["attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "attn.out.bias"]
     assert list(rename(ours, PURELAYERS_TO_TORCH_MHA)) == list(sd)
+
+
+def test_torch_multihead_attention_checkpoints_cross_through_the_name_map(torch, tmp_path):
+    pytest.importorskip("purelayers.layers.attention")
+    layer = L.MultiHeadAttention(2)
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    module = torch.nn.ModuleDict({"attn": mha}).eval()
+    x = _x(2, 5, 8)
+
+    def call(m, x):
+        return m["attn"](x, x, x, need_weights=False)[0]
+
+    def ours(p, x):
+        return layer.apply(p["attn"], x)
+
+    st.save_file(module.state_dict(), tmp_path / "torch.safetensors")
+    template = {"attn": layer.init(jax.random.key(0), x.shape)}
+    params = load_state_dict(
+        template, rename(load(tmp_path / "torch.safetensors"), TORCH_MHA_TO_PURELAYERS)
+    )
+    assert list(flatten(params)) == [
+        "attn.qkv.weight",
+        "attn.qkv.bias",
+        "attn.out.weight",
+        "attn.out.bias",
+    ]
+
+    def under_torch_names(p, x):  # gradients are compared name by name with torch's
+        return ours(unflatten(rename(flatten(p), TORCH_MHA_TO_PURELAYERS)), x)
+
+    torch_named = unflatten(rename(flatten(params), PURELAYERS_TO_TORCH_MHA))
+    check_parity(torch, module, under_torch_names, torch_named, [x], torch_fn=call)
+
+    mine = {"attn": layer.init(jax.random.key(3), x.shape)}
+    path = save(
+        tmp_path / "ours.safetensors", unflatten(rename(flatten(mine), PURELAYERS_TO_TORCH_MHA))
+    )
+    module.load_state_dict(st.load_file(path), strict=True)
+    with torch.no_grad():
+        expected = call(module, torch.tensor(x)).numpy()
+    np.testing.assert_allclose(np.asarray(ours(mine, jnp.asarray(x))), expected, atol=1e-5)
 
 
 # -- summary ----------------------------------------------------------------------------
