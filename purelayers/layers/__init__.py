@@ -45,7 +45,14 @@ from purelayers.layers.activation import (
 from purelayers.layers.core import Flatten, Identity, Lambda, Layer, Params, Sequential, State
 from purelayers.layers.dropout import Dropout, dropout
 from purelayers.layers.linear import Linear
-from purelayers.layers.norm import LayerNorm, RMSNorm
+from purelayers.layers.norm import (
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    GroupNorm,
+    LayerNorm,
+    RMSNorm,
+)
 from purelayers.layers.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [

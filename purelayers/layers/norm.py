@@ -1,7 +1,8 @@
-"""Normalization: ``LayerNorm``, ``RMSNorm``.
+"""Normalization: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``BatchNorm1d/2d/3d``.
 
 Statistics are computed in at least float32 (float64 stays float64), whatever the input
-dtype, and the result is cast back to the input dtype.
+dtype, and the result is cast back to the input dtype. Variances are population
+variances computed in two passes (the mean, then the mean squared deviation).
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from purelayers.init import Initializer, ones, zeros
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
+    broadcast_to_axis,
     check_float,
     check_int,
     is_float,
+    need_axis,
     promote_float,
 )
-from purelayers.layers.core import Layer, Params
+from purelayers.layers.core import Layer, Params, State
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
 # torch.finfo(torch.float32).eps: RMSNorm's default, also for bfloat16 and float16 inputs.
 FLOAT32_EPS = float(jnp.finfo(jnp.float32).eps)
@@ -72,6 +75,17 @@ def _check_trailing(layer: str, x: Any, params: Params, ndim: int) -> tuple[int,
             "pass init the shape this layer receives",
         )
     return got
+
+
+def _moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(mean, x - mean, var)`` over ``axes`` (kept), ``var`` the population variance.
+
+    Two passes: measured as fast as the one-pass ``E[x^2] - E[x]^2`` under XLA on CPU,
+    and free of its cancellation when ``|mean| >> std``.
+    """
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    centered = xf - mean
+    return mean, centered, jnp.mean(centered * centered, axis=axes, keepdims=True)
 
 
 def _affine(y: jax.Array, params: Params, ndim: int) -> jax.Array:
@@ -165,11 +179,7 @@ class LayerNorm(Layer):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         xf, axes = _trailing_input("LayerNorm", x, params, self.normalized_ndim)
-        # Two passes (mean, then the mean of squared deviations): as fast as the one-pass
-        # E[x^2] - E[x]^2 under XLA and free of its cancellation when |mean| >> std.
-        mean = jnp.mean(xf, axis=axes, keepdims=True)
-        centered = xf - mean
-        var = jnp.mean(centered * centered, axis=axes, keepdims=True)
+        _, centered, var = _moments(xf, axes)
         y = centered * jax.lax.rsqrt(var + self.eps)
         return _affine(y, params, self.normalized_ndim).astype(jnp.result_type(x))
 
@@ -224,3 +234,304 @@ class RMSNorm(Layer):
         eps = FLOAT32_EPS if self.eps is None else self.eps
         y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=axes, keepdims=True) + eps)
         return _affine(y, params, self.normalized_ndim).astype(jnp.result_type(x))
+
+
+def _channel_affine(y: jax.Array, params: Params) -> jax.Array:
+    """``y * weight + bias`` with per-channel parameters on axis 1."""
+    if "weight" in params:
+        y = y * broadcast_to_axis(params["weight"].astype(y.dtype), y.ndim, 1)
+    if "bias" in params:
+        y = y + broadcast_to_axis(params["bias"].astype(y.dtype), y.ndim, 1)
+    return y
+
+
+def _check_channels(layer: str, x: Any, channels: int | None, layout: str) -> None:
+    """Axis 1 of ``x`` holds the ``channels`` the layer was initialized with."""
+    if channels is not None:
+        need_axis(
+            layer,
+            x,
+            1,
+            channels,
+            "channels (axis 1)",
+            f"x.shape == {tuple(jnp.shape(x))}; {layer} was initialized for {channels} "
+            f"channels, laid out {layout}",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupNorm(Layer):
+    r"""Normalizes groups of channels: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
+
+    The channels (axis 1) are split into ``num_groups`` consecutive groups; ``mean`` and
+    ``var`` (population variance) are taken per sample over each group's channels and all
+    spatial positions. ``weight`` and ``bias`` are per channel. Matches
+    ``torch.nn.GroupNorm(num_groups, x.shape[1])``; ``num_groups=1`` normalizes each
+    sample over everything, ``num_groups=C`` is instance normalization.
+
+    Args:
+      num_groups: how many groups to split the channels into; must divide them.
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
+
+    Shape:
+      input ``(N, C, *)``; output the same shape and dtype (statistics in float32 or
+      wider).
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros.
+    """
+
+    num_groups: int
+    _: dataclasses.KW_ONLY
+    eps: float = 1e-5
+    affine: bool = True
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        check_int("GroupNorm", "num_groups", self.num_groups)
+        _check_eps("GroupNorm", self.eps)
+
+    def _check(self, shape: tuple[int, ...]) -> int:
+        if len(shape) < 2:
+            raise LayerError("GroupNorm", "input rank", "at least 2 (N, C, *)", len(shape))
+        if shape[1] % self.num_groups:
+            raise LayerError(
+                "GroupNorm",
+                f"channels (axis 1) must divide into num_groups={self.num_groups}:",
+                f"a multiple of {self.num_groups}",
+                f"{shape[1]} (x.shape == {shape})",
+                "choose num_groups among the divisors of the channel count",
+            )
+        return shape[1]
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        channels = self._check(as_shape(shape))
+        if not self.affine:
+            return {}
+        w, b = self.weight_init or ones(), self.bias_init or zeros()
+        return _affine_params(key, (channels,), dtype, w, b)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        _need_float("GroupNorm", x)
+        shape = tuple(jnp.shape(x))
+        self._check(shape)
+        _check_channels("GroupNorm", x, _width(params), "(N, C, *)")
+        xf = jnp.asarray(x).astype(promote_float(jnp.result_type(x)))
+        grouped = xf.reshape(shape[0], self.num_groups, -1)
+        _, centered, var = _moments(grouped, (2,))
+        y = (centered * jax.lax.rsqrt(var + self.eps)).reshape(shape)
+        return _channel_affine(y, params).astype(jnp.result_type(x))
+
+
+def _width(tree: Any, name: str = "weight") -> int | None:
+    return int(tree[name].shape[0]) if tree and name in tree else None
+
+
+_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+@dataclasses.dataclass(frozen=True)
+class _BatchNorm(Layer):
+    """Shared implementation of BatchNorm1d/2d/3d (documented on BatchNorm2d)."""
+
+    _own_order: ClassVar[tuple[str, ...]] = ("weight", "bias", *_BUFFERS)
+    _ranks: ClassVar[tuple[int, ...]] = ()
+    _layout: ClassVar[str] = ""
+
+    _: dataclasses.KW_ONLY
+    eps: float = 1e-5
+    momentum: float | None = 0.1
+    affine: bool = True
+    track_running_stats: bool = True
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        _check_eps(self._name, self.eps)
+        if self.momentum is not None:
+            check_float(self._name, "momentum", self.momentum, low=0.0, high=1.0)
+
+    @property
+    def _name(self) -> str:
+        return type(self).__name__
+
+    def _channels(self, shape: tuple[int, ...]) -> int:
+        if len(shape) not in self._ranks:
+            ranks = " or ".join(map(str, self._ranks))
+            raise LayerError(
+                self._name, "input rank", f"{ranks} ({self._layout})", f"{len(shape)} {shape}"
+            )
+        return shape[1]
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        channels = self._channels(as_shape(shape))
+        if not self.affine:
+            return {}
+        w, b = self.weight_init or ones(), self.bias_init or zeros()
+        return _affine_params(key, (channels,), dtype, w, b)
+
+    def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
+        channels = self._channels(as_shape(shape))
+        if not self.track_running_stats:
+            return {}
+        stat = promote_float(dtype)
+        return {
+            "running_mean": jnp.zeros((channels,), stat),
+            "running_var": jnp.ones((channels,), stat),
+            "num_batches_tracked": jnp.zeros((), jnp.int32),
+        }
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+        state: State | None = None,
+    ):
+        name = self._name
+        _need_float(name, x)
+        shape = tuple(jnp.shape(x))
+        self._channels(shape)
+        _check_channels(name, x, _width(params), self._layout)
+        if self.track_running_stats and not state:
+            raise LayerError(
+                name,
+                "track_running_stats=True keeps running statistics in a state tree; pass "
+                f"state= from {name}.init_state(shape) (or the model's init_state) and use "
+                "the returned (y, new_state)",
+                None,
+                None,
+            )
+        if state:
+            _check_channels(name, x, _width(state, "running_mean"), self._layout)
+        xf = jnp.asarray(x).astype(promote_float(jnp.result_type(x)))
+        axes = (0, *range(2, xf.ndim))
+        if train or not self.track_running_stats:
+            mean, centered, var = _moments(xf, axes)
+            if train and self.track_running_stats:
+                state = self._update(state, mean, var, xf.size // shape[1], shape)
+        else:
+            mean = broadcast_to_axis(state["running_mean"].astype(xf.dtype), xf.ndim, 1)
+            var = broadcast_to_axis(state["running_var"].astype(xf.dtype), xf.ndim, 1)
+            centered = xf - mean
+        y = _channel_affine(centered * jax.lax.rsqrt(var + self.eps), params)
+        y = y.astype(jnp.result_type(x))
+        return y if state is None else (y, state)
+
+    def _update(self, state: State, mean, var, n: int, shape: tuple[int, ...]) -> State:
+        """The running statistics after one training batch (no gradient flows in)."""
+        if n < 2:
+            raise LayerError(
+                self._name,
+                "training needs more than 1 value per channel for the batch variance:",
+                "N * (spatial size) > 1",
+                f"x.shape == {shape}",
+            )
+        mean, var = jax.lax.stop_gradient((mean.reshape(-1), var.reshape(-1)))
+        count = state["num_batches_tracked"] + 1
+        # momentum=None: torch's cumulative average, weight 1 / (batches seen so far)
+        m = 1.0 / count.astype(mean.dtype) if self.momentum is None else self.momentum
+        rm, rv = state["running_mean"], state["running_var"]
+        new_mean = (1 - m) * rm.astype(mean.dtype) + m * mean
+        new_var = (1 - m) * rv.astype(var.dtype) + m * var * (n / (n - 1))
+        return {
+            "running_mean": new_mean.astype(rm.dtype),
+            "running_var": new_var.astype(rv.dtype),
+            "num_batches_tracked": count.astype(state["num_batches_tracked"].dtype),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of ``(N, C)`` features or ``(N, C, L)`` sequences, per channel.
+
+    Statistics over ``N`` (and ``L``). Matches ``torch.nn.BatchNorm1d(C)``; the
+    formula, the state tree and the arguments are those of ``BatchNorm2d``.
+
+    Shape:
+      input ``(N, C)`` or ``(N, C, L)``; output the same shape and dtype.
+
+    Example:
+      >>> bn = BatchNorm1d()
+      >>> params, state = bn.init(key, (8, 4)), bn.init_state((8, 4))
+      >>> y, state = bn.apply(params, x, state=state, train=True)
+    """
+
+    _ranks: ClassVar[tuple[int, ...]] = (2, 3)
+    _layout: ClassVar[str] = "(N, C) or (N, C, L)"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchNorm2d(_BatchNorm):
+    r"""Batch normalization of ``(N, C, H, W)`` images, per channel over ``N, H, W``.
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` where, per channel, ``mean`` and
+    ``var`` are the batch's (population variance) when ``train=True`` or when
+    ``track_running_stats=False``, and the running averages otherwise. Matches
+    ``torch.nn.BatchNorm2d(x.shape[1])`` in the same mode.
+
+    With ``track_running_stats`` (the default) the buffers live in a separate state tree
+    from ``init_state(shape)``, and ``apply(params, x, state=state, train=...)`` returns
+    ``(y, new_state)``. A training step updates them as torch does::
+
+        running_mean = (1 - m) * running_mean + m * batch_mean
+        running_var  = (1 - m) * running_var  + m * batch_var * n / (n - 1)   # unbiased
+        num_batches_tracked += 1
+
+    with ``n`` the number of values per channel and ``m = momentum``, or
+    ``m = 1 / num_batches_tracked`` (a cumulative average) when ``momentum`` is None.
+    Evaluation (``train=False``) normalizes with the running statistics and returns the
+    state unchanged. No gradient flows into the buffers.
+
+    Args:
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      momentum: weight of the new batch in the running averages, in ``[0, 1]``, or None
+        for a cumulative average. Default ``0.1``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``True``.
+      track_running_stats: keep running statistics (state) for evaluation. If False
+        there is no state and batch statistics are used in both modes. Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
+
+    Shape:
+      input ``(N, C, H, W)``; output the same shape and dtype (statistics in float32 or
+      wider).
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros.
+
+    State:
+      ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones (both float32,
+      or wider for wider inputs). ``num_batches_tracked``: int32 scalar, 0 (torch's is
+      int64; JAX holds int32 unless x64 is enabled, and checkpoints convert).
+
+    Example:
+      >>> bn = BatchNorm2d()
+      >>> params, state = bn.init(key, x.shape), bn.init_state(x.shape)
+      >>> y, state = bn.apply(params, x, state=state, train=True)   # a training step
+      >>> y, _ = bn.apply(params, x, state=state)                    # evaluation
+    """
+
+    _ranks: ClassVar[tuple[int, ...]] = (4,)
+    _layout: ClassVar[str] = "(N, C, H, W)"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchNorm3d(_BatchNorm):
+    """Batch normalization of ``(N, C, D, H, W)`` volumes, per channel over ``N, D, H, W``.
+
+    Matches ``torch.nn.BatchNorm3d(C)``; the formula, the state tree and the arguments
+    are those of ``BatchNorm2d``.
+
+    Shape:
+      input ``(N, C, D, H, W)``; output the same shape and dtype.
+    """
+
+    _ranks: ClassVar[tuple[int, ...]] = (5,)
+    _layout: ClassVar[str] = "(N, C, D, H, W)"

@@ -7,8 +7,8 @@ import pytest
 
 from purelayers import layers as L
 from purelayers.init import constant
-from purelayers.params import flatten
-from purelayers.testing import gradcheck
+from purelayers.params import flatten, unflatten
+from purelayers.testing import assert_tree_allclose, gradcheck
 from tests.parity import check_parity, load_from_torch
 
 RNG = np.random.default_rng(0)
@@ -245,3 +245,316 @@ def test_integer_input_rejected():
     ln = L.LayerNorm(elementwise_affine=False)
     with pytest.raises(ValueError, match=r"LayerNorm: input dtype expected a floating dtype"):
         ln.apply({}, jnp.arange(6).reshape(2, 3))
+
+
+# -- GroupNorm -----------------------------------------------------------------------
+
+
+def test_group_norm_worked_example():
+    """One sample, 4 channels of one value each, 2 groups: [1, 3 | 10, 10]. Group 0 has
+    mean 2 and variance 1, so it becomes [-1, 1] / sqrt(1 + eps); group 1 has variance 0
+    and becomes [0, 0]."""
+    gn = L.GroupNorm(2)
+    x = jnp.array([1.0, 3.0, 10.0, 10.0]).reshape(1, 4, 1)
+    y = gn.apply(gn.init(jax.random.key(0), x.shape), x)
+    np.testing.assert_allclose(y.ravel(), [-1 / np.sqrt(1 + 1e-5), 1 / np.sqrt(1 + 1e-5), 0, 0])
+
+
+@pytest.mark.parametrize(
+    "groups, shape, affine",
+    [(3, (2, 6, 4, 4), True), (1, (2, 6, 5), True), (6, (2, 6, 3, 3), True), (2, (3, 4), False)],
+)
+def test_group_norm_torch_parity(torch, groups, shape, affine):
+    gn = L.GroupNorm(groups, affine=affine)
+    module = _torch_randomize(torch, torch.nn.GroupNorm(groups, shape[1], affine=affine))
+    params = load_from_torch(gn, module, shape)
+    check_parity(torch, module, gn.apply, params, [_x(*shape, shift=1.0)], rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_params():
+    params = L.GroupNorm(2).init(jax.random.key(0), (2, 6, 3))
+    assert {k: v.shape for k, v in params.items()} == {"weight": (6,), "bias": (6,)}
+    assert L.GroupNorm(2, affine=False).init(jax.random.key(0), (2, 6, 3)) == {}
+
+
+def test_group_norm_channels_must_divide():
+    gn = L.GroupNorm(4)
+    with pytest.raises(
+        ValueError,
+        match=r"GroupNorm: channels \(axis 1\) must divide into num_groups=4: expected a "
+        r"multiple of 4, got 6 \(x.shape == \(2, 6, 3\)\)",
+    ):
+        gn.init(jax.random.key(0), (2, 6, 3))
+    with pytest.raises(ValueError, match=r"GroupNorm: channels \(axis 1\) must divide"):
+        L.GroupNorm(4, affine=False).apply({}, jnp.zeros((2, 6, 3)))
+
+
+def test_group_norm_channel_count_must_match_params():
+    gn = L.GroupNorm(2)
+    params = gn.init(jax.random.key(0), (2, 6, 3))
+    with pytest.raises(ValueError, match=r"GroupNorm: input channels \(axis 1\) expected 6, got 4"):
+        gn.apply(params, jnp.zeros((2, 4, 3)))
+
+
+def test_group_norm_config_errors():
+    with pytest.raises(ValueError, match=r"GroupNorm: num_groups must be a positive integer"):
+        L.GroupNorm(0)
+    with pytest.raises(ValueError, match=r"GroupNorm: eps must be > 0, got 0"):
+        L.GroupNorm(2, eps=0)
+
+
+# -- BatchNorm -----------------------------------------------------------------------
+
+
+def _buffers(torch, module):
+    names = dict(module.named_buffers())
+    return unflatten({k: v for k, v in module.state_dict().items() if k in names})
+
+
+BATCH_NORMS = [
+    (L.BatchNorm1d, "BatchNorm1d", (8, 4)),
+    (L.BatchNorm1d, "BatchNorm1d", (4, 3, 5)),
+    (L.BatchNorm2d, "BatchNorm2d", (4, 3, 5, 5)),
+    (L.BatchNorm3d, "BatchNorm3d", (2, 3, 3, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("cls, torch_name, shape", BATCH_NORMS)
+def test_batch_norm_names_and_order_match_torch_state_dict(torch, cls, torch_name, shape):
+    from purelayers.params import merge
+
+    bn = cls()
+    params, state = bn.init(jax.random.key(0), shape), bn.init_state(shape)
+    module = getattr(torch.nn, torch_name)(shape[1])
+    merged = bn.ordered(jax.jit(merge)(params, state))  # key-sorted by jit, then re-ordered
+    assert list(flatten(merged)) == list(module.state_dict())
+    assert list(params) == ["weight", "bias"]
+    assert state["num_batches_tracked"].dtype == jnp.int32
+    assert state["num_batches_tracked"].shape == ()
+    np.testing.assert_array_equal(state["running_mean"], 0.0)
+    np.testing.assert_array_equal(state["running_var"], 1.0)
+
+
+@pytest.mark.parametrize(
+    "cls, torch_name, shape, momentum",
+    [(*case, 0.1) for case in BATCH_NORMS]
+    + [(L.BatchNorm1d, "BatchNorm1d", (8, 4), None), (L.BatchNorm1d, "BatchNorm1d", (8, 4), 0.5)],
+)
+def test_batch_norm_three_train_steps_then_eval_match_torch(
+    torch, cls, torch_name, shape, momentum
+):
+    """Each training step: outputs and gradients from batch statistics, then running
+    statistics and num_batches_tracked equal torch's buffers by name; then eval mode."""
+    bn = cls(momentum=momentum)
+    module = _torch_randomize(torch, getattr(torch.nn, torch_name)(shape[1], momentum=momentum))
+    params = load_from_torch(bn, module, shape)
+    state = bn.init_state(shape)
+    step = jax.jit(lambda p, x, s: bn.apply(p, x, state=s, train=True))
+    for i in range(3):
+        x = _x(*shape, shift=float(i))
+        module.zero_grad()
+        check_parity(
+            torch,
+            module,
+            lambda p, x, s=state: bn.apply(p, x, state=s, train=True)[0],
+            params,
+            [x],
+            rtol=1e-4,
+            atol=1e-5,
+        )
+        _, state = step(params, jnp.asarray(x), state)
+        assert_tree_allclose(state, _buffers(torch, module), rtol=1e-5, atol=1e-6)
+        assert int(state["num_batches_tracked"]) == i + 1
+    module.eval()
+    module.zero_grad()
+    x = _x(*shape, shift=0.5)
+    check_parity(torch, module, lambda p, x: bn.apply(p, x, state=state)[0], params, [x], rtol=1e-4)
+    _, same = bn.apply(params, jnp.asarray(x), state=state)
+    assert_tree_allclose(same, state, rtol=0, atol=0)
+
+
+def test_batch_norm_running_var_is_unbiased_worked_example():
+    """Channel values [1, 3] (n = 2): batch mean 2, biased variance 1 used to normalize
+    (y = [-1, 1] / sqrt(1 + eps)), unbiased variance 2 enters the running average:
+    running_var = 0.9 * 1 + 0.1 * 2 = 1.1, running_mean = 0.1 * 2 = 0.2."""
+    bn = L.BatchNorm1d()
+    x = jnp.array([[1.0], [3.0]])
+    y, state = bn.apply(
+        bn.init(jax.random.key(0), x.shape), x, state=bn.init_state(x.shape), train=True
+    )
+    np.testing.assert_allclose(
+        y.ravel(), [-1 / np.sqrt(1 + 1e-5), 1 / np.sqrt(1 + 1e-5)], rtol=1e-6
+    )
+    np.testing.assert_allclose(state["running_var"], [1.1], rtol=1e-6)
+    np.testing.assert_allclose(state["running_mean"], [0.2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_without_running_stats_matches_torch_in_both_modes(torch, affine):
+    bn = L.BatchNorm2d(track_running_stats=False, affine=affine)
+    shape = (3, 2, 4, 4)
+    assert bn.init_state(shape) == {}
+    module = torch.nn.BatchNorm2d(2, track_running_stats=False, affine=affine)
+    if affine:
+        _torch_randomize(torch, module)
+    params = load_from_torch(bn, module, shape)
+    x = _x(*shape, shift=1.0)
+    for train in (True, False):
+        module.train(train)
+        module.zero_grad()
+        fn = lambda p, x, train=train: bn.apply(p, x, train=train)  # noqa: E731
+        check_parity(torch, module, fn, params, [x], rtol=1e-4, atol=1e-5)
+    _, state = bn.apply(params, jnp.asarray(x), state={}, train=True)
+    assert state == {}
+
+
+def test_batch_norm_without_affine_matches_torch(torch):
+    bn = L.BatchNorm1d(affine=False)
+    module = torch.nn.BatchNorm1d(4, affine=False)
+    shape = (6, 4, 3)
+    params, state = load_from_torch(bn, module, shape), bn.init_state(shape)
+    assert params == {}
+    assert list(flatten(bn.ordered(state))) == list(module.state_dict())
+    x = _x(*shape)
+    check_parity(torch, module, lambda p, x: bn.apply(p, x, state=state, train=True)[0], {}, [x])
+    _, state = bn.apply(params, jnp.asarray(x), state=state, train=True)
+    assert_tree_allclose(state, _buffers(torch, module))
+
+
+def test_sequential_threads_batch_norm_state_under_jit(torch):
+    """Linear -> BatchNorm1d -> ReLU -> Linear: the state tree holds only "1", a jitted
+    training forward updates it as torch's buffers, eval reads it."""
+    from purelayers.params import merge
+
+    model = L.Sequential(L.Linear(5), L.BatchNorm1d(), L.ReLU(), L.Linear(2))
+    tmodel = torch.nn.Sequential(
+        torch.nn.Linear(3, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(), torch.nn.Linear(5, 2)
+    )
+    shape = (6, 3)
+    params, state = load_from_torch(model, tmodel, shape), model.init_state(shape)
+    assert list(state) == ["1"]
+    assert list(flatten(model.ordered(merge(params, state)))) == list(tmodel.state_dict())
+    fwd = jax.jit(model.apply, static_argnames="train")
+    for i in range(2):
+        x = _x(*shape, shift=float(i))
+        y, state = fwd(params, jnp.asarray(x), state=state, train=True)
+        np.testing.assert_allclose(y, tmodel(torch.tensor(x)).detach(), rtol=1e-4, atol=1e-5)
+        assert_tree_allclose(state, _buffers(torch, tmodel), rtol=1e-5, atol=1e-6)
+    tmodel.eval()
+    x = _x(*shape)
+    y, _ = fwd(params, jnp.asarray(x), state=state)
+    np.testing.assert_allclose(y, tmodel(torch.tensor(x)).detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_optax_loop_with_batch_norm_state():
+    """A jitted optax step where the optimizer sees only params and the state is threaded
+    through: the loss decreases and num_batches_tracked counts the steps."""
+    import optax
+
+    model = L.Sequential(L.Linear(16), L.BatchNorm1d(), L.ReLU(), L.Linear(3))
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((64, 4)).astype(np.float32))
+    labels = jnp.asarray((x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0.5))
+    params, state = model.init(jax.random.key(0), x.shape), model.init_state(x.shape)
+    opt = optax.adam(1e-2)
+    opt_state = opt.init(params)
+
+    def loss_fn(p, s):
+        logits, s = model.apply(p, x, state=s, train=True)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), s
+
+    @jax.jit
+    def step(p, s, o):
+        (loss, s), g = jax.value_and_grad(loss_fn, has_aux=True)(p, s)
+        updates, o = opt.update(g, o, p)
+        return optax.apply_updates(p, updates), s, o, loss
+
+    losses = []
+    for _ in range(20):
+        params, state, opt_state, loss = step(params, state, opt_state)
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0]
+    assert int(state["1"]["num_batches_tracked"]) == 20
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_batch_norm_gradcheck(train):
+    bn = L.BatchNorm2d()
+    shape = (3, 2, 2, 2)
+    params = _randomize(bn.init(jax.random.key(0), shape))
+    state = bn.init_state(shape)
+    state = {**state, "running_mean": jnp.array([0.5, -0.2]), "running_var": jnp.array([2.0, 0.7])}
+    x = jnp.asarray(_x(*shape))
+    assert gradcheck(lambda p, x: bn.apply(p, x, state=state, train=train)[0], params, x)
+
+
+def test_group_norm_gradcheck():
+    gn = L.GroupNorm(2)
+    x = jnp.asarray(_x(2, 4, 3))
+    assert gradcheck(gn.apply, _randomize(gn.init(jax.random.key(0), x.shape)), x)
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_batch_and_group_norm_low_precision(train, dtype):
+    x = jnp.asarray(_x(4, 4, 3, 3, shift=1.0))
+    gn = L.GroupNorm(2)
+    gparams = _randomize(gn.init(jax.random.key(0), x.shape))
+    bn = L.BatchNorm2d()
+    bparams = _randomize(bn.init(jax.random.key(0), x.shape))
+    state = bn.init_state(x.shape)
+    tol = 3e-2 if dtype == jnp.bfloat16 else 5e-3
+    y32, s32 = bn.apply(bparams, x, state=state, train=train)
+    y, s = bn.apply(bparams, x.astype(dtype), state=state, train=train)
+    assert y.dtype == dtype
+    assert s["running_mean"].dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(y, np.float32), y32, rtol=tol, atol=tol)
+    np.testing.assert_allclose(s["running_var"], s32["running_var"], rtol=tol, atol=tol)
+    y = gn.apply(gparams, x.astype(dtype))
+    assert y.dtype == dtype
+    np.testing.assert_allclose(np.asarray(y, np.float32), gn.apply(gparams, x), rtol=tol, atol=tol)
+
+
+def test_batch_norm_needs_state():
+    bn = L.BatchNorm2d()
+    params = bn.init(jax.random.key(0), (2, 3, 4, 4))
+    for train in (True, False):
+        with pytest.raises(
+            ValueError,
+            match=r"BatchNorm2d: track_running_stats=True keeps running statistics in a state "
+            r"tree; pass state= from BatchNorm2d.init_state\(shape\)",
+        ):
+            bn.apply(params, jnp.zeros((2, 3, 4, 4)), train=train)
+
+
+def test_sequential_without_state_names_the_batch_norm():
+    model = L.Sequential(L.Linear(4), L.BatchNorm1d())
+    params = model.init(jax.random.key(0), (3, 2))
+    with pytest.raises(ValueError, match=r"Sequential\[1\] BatchNorm1d: .* pass state="):
+        model.apply(params, jnp.zeros((3, 2)), train=True)
+
+
+def test_batch_norm_shape_errors():
+    bn = L.BatchNorm1d()
+    with pytest.raises(
+        ValueError, match=r"BatchNorm1d: input rank expected 2 or 3 \(\(N, C\) or \(N, C, L\)\)"
+    ):
+        bn.init(jax.random.key(0), (2, 3, 4, 5))
+    params, state = bn.init(jax.random.key(0), (4, 3)), bn.init_state((4, 3))
+    with pytest.raises(
+        ValueError, match=r"BatchNorm1d: input channels \(axis 1\) expected 3, got 5"
+    ):
+        bn.apply(params, jnp.zeros((4, 5)), state=state)
+    with pytest.raises(
+        ValueError, match=r"BatchNorm1d: training needs more than 1 value per channel"
+    ):
+        bn.apply(params, jnp.zeros((1, 3)), state=state, train=True)
+    with pytest.raises(ValueError, match=r"BatchNorm2d: input rank expected 4 \(\(N, C, H, W\)\)"):
+        L.BatchNorm2d().init_state((2, 3, 4))
+
+
+def test_batch_norm_config_errors():
+    with pytest.raises(ValueError, match=r"BatchNorm2d: momentum must be in \[0, 1\], got 1.5"):
+        L.BatchNorm2d(momentum=1.5)
+    with pytest.raises(ValueError, match=r"BatchNorm3d: eps must be > 0, got -1"):
+        L.BatchNorm3d(eps=-1)
