@@ -25,10 +25,10 @@ import numpy as np
 import optax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-import purelayers as pl  # noqa: E402
-from purelayers import layers as L  # noqa: E402
+import purelayers as pl
+from purelayers import layers as L
 
 
 def build_model(hidden: int, dropout: float) -> L.Sequential:
@@ -86,7 +86,8 @@ def main(argv=None) -> dict:
     history: dict[str, list[float]] = {"step": [], "loss": [], "test_accuracy": []}
     start = time.perf_counter()
     bar = common.progress(total, "digits_mlp")
-    for step, idx in zip(range(1, total + 1), common.batches(rng, len(x_tr), args.batch_size)):
+    batch_indices = common.batches(rng, len(x_tr), args.batch_size)
+    for step, idx in zip(range(1, total + 1), batch_indices, strict=False):
         params, opt_state, loss = train_step(
             params, opt_state, x_tr[idx], y_tr[idx], jax.random.fold_in(key, step)
         )
