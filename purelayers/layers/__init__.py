@@ -6,6 +6,7 @@ One module per family; each lists its public names in ``__all__``.
 from purelayers.layers import activation as _activation
 from purelayers.layers import core as _core
 from purelayers.layers import dropout as _dropout
+from purelayers.layers import embedding as _embedding
 from purelayers.layers import linear as _linear
 from purelayers.layers import norm as _norm
 from purelayers.layers import recurrent as _recurrent
@@ -44,6 +45,7 @@ from purelayers.layers.activation import (
 )
 from purelayers.layers.core import Flatten, Identity, Lambda, Layer, Params, Sequential, State
 from purelayers.layers.dropout import Dropout, dropout
+from purelayers.layers.embedding import Embedding
 from purelayers.layers.linear import Linear
 from purelayers.layers.norm import (
     BatchNorm1d,
@@ -61,6 +63,7 @@ __all__ = [
     *_linear.__all__,
     *_activation.__all__,
     *_dropout.__all__,
+    *_embedding.__all__,
     *_norm.__all__,
     *_recurrent.__all__,
 ]
