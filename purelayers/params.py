@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import math
 import os
-import types
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from purelayers import _safetensors_io as _io
+from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
 from purelayers._safetensors_io import CheckpointError
 
 __all__ = [
@@ -432,110 +432,16 @@ def load_into(
     return result if state is not None else result[0]
 
 
-# -- renaming -------------------------------------------------------------------------
-
-
-def _rule_renamer(rules: Mapping[str, str | None]) -> Callable[[str], str | None]:
-    table: dict[str, list[tuple[list[str], list[str] | None]]] = {}
-    for old, new in rules.items():
-        if not isinstance(old, str) or not old or not all(old.split(".")):
-            raise ValueError(f"rename: rule {old!r} is not a dotted name")
-        if new is not None and not isinstance(new, str):
-            raise ValueError(f"rename: rule {old!r} maps to {new!r}, not a str or None")
-        table.setdefault(old.split(".")[0], []).append(
-            (old.split("."), None if new is None else [p for p in new.split(".") if p])
-        )
-    for candidates in table.values():
-        candidates.sort(key=lambda rule: -len(rule[0]))
-
-    def renamer(name: str) -> str | None:
-        parts, out, i = name.split("."), [], 0
-        while i < len(parts):
-            rule = next(
-                (r for r in table.get(parts[i], ()) if parts[i : i + len(r[0])] == r[0]), None
-            )
-            if rule is None:
-                out.append(parts[i])
-                i += 1
-            elif rule[1] is None:
-                return None
-            else:
-                out.extend(rule[1])
-                i += len(rule[0])
-        return ".".join(out)
-
-    return renamer
-
-
-def rename(
-    flat: Mapping[str, Any], mapping: Mapping[str, str | None] | Callable[[str], str | None]
-) -> dict[str, Any]:
-    """``flat`` with its names changed, in the same order, values untouched.
-
-    Args:
-      flat: ``{dotted name: array}``, e.g. a torch ``state_dict()`` or ``load``'s result.
-      mapping: either a function ``name -> new name`` (``None`` drops the entry; use
-        ``re.sub`` inside it for patterns), or a dict of rules on whole name components:
-        a rule ``"old.part": "new.part"`` replaces that run of components wherever it
-        occurs in a name, so ``{"out_proj": "out"}`` turns
-        ``"blocks.0.attn.out_proj.weight"`` into ``"blocks.0.attn.out.weight"``, and
-        ``{"module": ""}`` strips the ``module.`` prefix ``DataParallel`` adds. Rules
-        apply to the original name, left to right, longest rule first where several
-        match at a component; a rule mapping to ``None`` drops every name it matches.
-        Prefix a rule with its module's path to confine it (``"encoder.out_proj"``).
-
-    Raises:
-      ValueError: two names would get the same new name (all such collisions are
-        named), a rule or result is not a dotted name.
-
-    Example:
-      >>> rename({"attn.in_proj_weight": w}, TORCH_MHA_TO_PURELAYERS)
-      {'attn.qkv.weight': w}
-    """
-    if isinstance(mapping, Mapping):
-        fn = _rule_renamer(mapping)
-    elif callable(mapping):
-        fn = mapping
-    else:
-        raise ValueError(f"rename: mapping must be a dict or a function, got {mapping!r}")
-    out: dict[str, Any] = {}
-    source: dict[str, list[str]] = {}
-    for name, value in flat.items():
-        new = fn(name)
-        if new is None:
-            continue
-        if not isinstance(new, str) or not new or not all(new.split(".")):
-            raise ValueError(f"rename: {name!r} maps to {new!r}, which is not a dotted name")
-        source.setdefault(new, []).append(name)
-        out[new] = value
-    clashes = [f"{olds} -> {new!r}" for new, olds in source.items() if len(olds) > 1]
-    if clashes:
-        raise ValueError("rename: several names map to one name: " + "; ".join(clashes))
-    return out
-
-
-TORCH_MHA_TO_PURELAYERS: Mapping[str, str] = types.MappingProxyType(
-    {
-        "in_proj_weight": "qkv.weight",
-        "in_proj_bias": "qkv.bias",
-        "out_proj.weight": "out.weight",
-        "out_proj.bias": "out.bias",
-    }
-)
-"""``rename`` rules from ``torch.nn.MultiheadAttention``'s names to ``MultiHeadAttention``'s.
-
-Torch's packed ``in_proj_weight`` ``[3E, E]`` (query, key, value rows) is the layout of
-``qkv.weight``. Modules built with ``kdim``/``vdim`` (separate ``q_proj_weight`` ...) or
-``add_bias_kv`` have no counterpart.
-"""
-
-PURELAYERS_TO_TORCH_MHA: Mapping[str, str] = types.MappingProxyType(
-    {new: old for old, new in TORCH_MHA_TO_PURELAYERS.items()}
-)
-"""The inverse of ``TORCH_MHA_TO_PURELAYERS``: ``qkv.weight`` -> ``in_proj_weight`` ..."""
-
-
 # -- summary --------------------------------------------------------------------------
+
+
+def _human_bytes(n: int) -> str:
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
 
 
 def summary(model: Any, params: Any = None, state: Any = None) -> str:
@@ -543,29 +449,36 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
 
     ``summary(model, params, state=None)`` lists names in the model's (PyTorch's)
     registration order even when the trees came back key-sorted from ``jit`` or optax;
-    ``summary(params)`` lists a tree in its own iteration order.
+    ``summary(params)`` lists a tree in its own iteration order. ``kind`` is
+    ``trainable`` for ``params`` and ``buffer`` for ``state``; the last line totals
+    both and their size in memory.
+
+    Example:
+      >>> print(summary(model, params))
+      name      shape   dtype    count  kind
+      -------------------------------------------
+      0.weight  (8, 4)  float32     32  trainable
+      0.bias    (8,)    float32      8  trainable
+      -------------------------------------------
+      total: 40 trainable parameters in 2 arrays (160 B)
     """
     if params is None and isinstance(model, Mapping):
         model, params = None, model
-    kinds = {name: "param" for name in flatten(params or {})}
+    kinds = {name: "trainable" for name in flatten(params or {})}
     kinds.update({name: "buffer" for name in flatten(state or {})})
-    tree = merge(params or {}, state or {})
+    flat = flatten(merge(params or {}, state or {}))
     if model is not None:
-        tree = model.ordered(tree)
+        order = list(flatten(model.ordered(unflatten(flat))))
+        flat = {k: flat[k] for k in [*order, *(k for k in flat if k not in set(order))]}
     rows = [
-        (
-            name,
-            str(tuple(jnp.shape(a))),
-            str(jnp.result_type(a)),
-            math.prod(jnp.shape(a)),
-            kinds[name],
-        )
-        for name, a in flatten(tree).items()
+        (name, str(tuple(jnp.shape(a))), str(jnp.result_type(a)), math.prod(jnp.shape(a)))
+        for name, a in flat.items()
     ]
-    n_params = sum(r[3] for r in rows if r[4] == "param")
-    n_buffers = sum(r[3] for r in rows if r[4] == "buffer")
+    n_params = sum(r[3] for r in rows if kinds[r[0]] == "trainable")
+    n_buffers = sum(r[3] for r in rows if kinds[r[0]] == "buffer")
+    nbytes = sum(r[3] * jnp.dtype(r[2]).itemsize for r in rows)
     header = ("name", "shape", "dtype", "count", "kind")
-    cells = [header, *[(r[0], r[1], r[2], f"{r[3]:,}", r[4]) for r in rows]]
+    cells = [header, *[(r[0], r[1], r[2], f"{r[3]:,}", kinds[r[0]]) for r in rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(5)]
 
     def line(c: tuple[str, ...]) -> str:
@@ -573,9 +486,10 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
             c[i].rjust(widths[i]) if i == 3 else c[i].ljust(widths[i]) for i in range(5)
         ).rstrip()
 
-    rule = "-" * len(line(header))
+    body = [line(c) for c in cells[1:]]
+    rule = "-" * max(len(b) for b in [line(header), *body])
     total = f"total: {n_params:,} trainable parameters"
     if n_buffers:
-        total += f", {n_buffers:,} buffer values"
-    total += f" in {len(rows)} arrays"
-    return "\n".join([line(header), rule, *(line(c) for c in cells[1:]), rule, total])
+        total += f", {n_buffers:,} buffer value{'s' if n_buffers != 1 else ''}"
+    total += f" in {len(rows)} arrays ({_human_bytes(nbytes)})"
+    return "\n".join([line(header), rule, *body, rule, total])

@@ -587,8 +587,10 @@ def test_summary_lists_a_key_sorted_tree_in_torch_order():
     assert names == list(flatten(params))
     assert names[:3] == ["0.weight", "0.bias", "1.weight"] and names[-1] == "10.bias"
     assert table[0].split() == ["name", "shape", "dtype", "count", "kind"]
-    assert table[2].split() == ["0.weight", "(3,", "2)", "float32", "6", "param"]
-    assert table[-1] == f"total: {pl.params.count(params):,} trainable parameters in 22 arrays"
+    assert table[2].split() == ["0.weight", "(3,", "2)", "float32", "6", "trainable"]
+    # 2 -> 3: 6 + 3; then ten 3 -> 3: 9 + 3 each; 129 float32 values are 516 bytes
+    assert table[-1] == "total: 129 trainable parameters in 22 arrays (516 B)"
+    assert pl.params.count(params) == 129
 
 
 # -- every family both ways -------------------------------------------------------------
