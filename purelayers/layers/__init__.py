@@ -4,6 +4,7 @@ One module per family; each lists its public names in ``__all__``.
 """
 
 from purelayers.layers import activation as _activation
+from purelayers.layers import conv as _conv
 from purelayers.layers import core as _core
 from purelayers.layers import dropout as _dropout
 from purelayers.layers import embedding as _embedding
@@ -43,6 +44,14 @@ from purelayers.layers.activation import (
     softsign,
     tanh,
 )
+from purelayers.layers.conv import (
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+)
 from purelayers.layers.core import Flatten, Identity, Lambda, Layer, Params, Sequential, State
 from purelayers.layers.dropout import Dropout, dropout
 from purelayers.layers.embedding import Embedding
@@ -66,4 +75,5 @@ __all__ = [
     *_embedding.__all__,
     *_norm.__all__,
     *_recurrent.__all__,
+    *_conv.__all__,
 ]

@@ -1,0 +1,362 @@
+"""Convolutions: worked example, torch parity (outputs and gradients), gradcheck, errors,
+default initialization and checkpoint names."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from purelayers import params as P
+from purelayers.layers import (
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    LayerError,
+    Sequential,
+)
+from purelayers.testing import gradcheck
+from tests.parity import check_parity, load_from_torch
+
+_OWN_ARGS = ("out_channels", "kernel_size", "weight_init", "bias_init")
+
+
+def torch_twin(torch, layer, in_channels):
+    """The ``torch.nn`` module configured as ``layer``, for ``in_channels`` inputs."""
+    kwargs = {
+        f.name: getattr(layer, f.name)
+        for f in dataclasses.fields(layer)
+        if f.name not in _OWN_ARGS and f.name != "_"
+    }
+    cls = getattr(torch.nn, type(layer).__name__)
+    return cls(in_channels, layer.out_channels, layer.kernel_size, **kwargs)
+
+
+def assert_parity(torch, layer, shape, *, seed=0, **apply_kwargs):
+    """Weights copied from torch by name; outputs and all gradients within 1e-4 relative."""
+    torch.manual_seed(seed)
+    module = torch_twin(torch, layer, shape[-layer._nd - 1])
+    params = load_from_torch(layer, module, shape)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    check_parity(
+        torch,
+        module,
+        lambda p, x: layer.apply(p, x, **apply_kwargs),
+        params,
+        [x],
+        torch_fn=lambda m, x: m(x, **apply_kwargs),
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def test_worked_example_mnist_shape():
+    """floor((28 + 2*1 - 1*(3 - 1) - 1) / 2) + 1 = floor(27 / 2) + 1 = 14."""
+    conv = Conv2d(8, 3, stride=2, padding=1)
+    params = conv.init(jax.random.key(0), (5, 1, 28, 28))
+    assert jax.tree.map(jnp.shape, params) == {"weight": (8, 1, 3, 3), "bias": (8,)}
+    y = conv.apply(params, jnp.ones((5, 1, 28, 28)))
+    assert y.shape == (5, 8, 14, 14)
+
+
+def test_worked_example_values():
+    """A 1x1-channel 3x3 image of ones, a 2x2 kernel of ones, zero padding 1, stride 2:
+    windows start at rows/cols -1 and 1, each holds 1 real pixel in a corner... the
+    output (2x2) counts the ones under each window: [[1, 2], [2, 4]], plus bias 0.5."""
+    conv = Conv2d(1, 2, stride=2, padding=1)
+    params = {"weight": jnp.ones((1, 1, 2, 2)), "bias": jnp.full((1,), 0.5)}
+    y = conv.apply(params, jnp.ones((1, 1, 3, 3)))
+    np.testing.assert_allclose(y[0, 0], [[1.5, 2.5], [2.5, 4.5]])
+
+
+CONV_CASES = [
+    (Conv1d(4, 3), (2, 3, 9)),
+    (Conv1d(4, 3, stride=2, padding=1), (2, 3, 10)),
+    (Conv1d(4, 4, padding="same"), (2, 3, 9)),
+    (Conv1d(4, 3, padding="valid", dilation=2), (2, 3, 11)),
+    (Conv1d(6, 3, groups=3, bias=False), (2, 6, 8)),
+    (Conv1d(6, 3, groups=6, padding=1), (2, 6, 8)),
+    (Conv1d(4, 3, padding=2, padding_mode="reflect"), (2, 3, 7)),
+    (Conv1d(4, 3, padding=2, padding_mode="replicate"), (2, 3, 7)),
+    (Conv1d(4, 3, padding=2, padding_mode="circular"), (2, 3, 7)),
+    (Conv2d(5, 3), (2, 3, 7, 8)),
+    (Conv2d(5, (3, 2), stride=(2, 1), padding=(1, 0)), (2, 3, 9, 8)),
+    (Conv2d(5, 3, stride=2, padding=1, dilation=2), (2, 3, 9, 10)),
+    (Conv2d(4, (4, 3), padding="same", dilation=(2, 1)), (2, 3, 9, 8)),
+    (Conv2d(6, 3, padding="same", padding_mode="reflect"), (2, 4, 6, 7)),
+    (Conv2d(6, 2, groups=2, padding=1), (2, 4, 6, 6)),
+    (Conv2d(8, 3, groups=4, padding=1, stride=2), (2, 4, 7, 7)),
+    (Conv2d(4, 3, padding=(2, 1), padding_mode="reflect"), (2, 3, 6, 5)),
+    (Conv2d(4, 3, padding=(2, 1), padding_mode="replicate"), (2, 3, 6, 5)),
+    (Conv2d(4, 3, padding=(2, 3), padding_mode="circular"), (2, 3, 6, 5)),
+    (Conv2d(4, 2, bias=False, stride=(1, 3)), (1, 2, 5, 9)),
+    (Conv3d(4, 2), (2, 3, 4, 5, 4)),
+    (
+        Conv3d(4, (3, 2, 2), stride=(1, 2, 1), padding=(1, 0, 1), dilation=(1, 1, 2)),
+        (1, 2, 5, 6, 5),
+    ),
+    (Conv3d(4, 3, groups=2, padding="same"), (1, 4, 4, 4, 4)),
+    (Conv3d(3, 2, groups=3, padding=1, padding_mode="circular"), (1, 3, 3, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("layer, shape", CONV_CASES, ids=repr)
+def test_conv_parity(torch, layer, shape):
+    assert_parity(torch, layer, shape)
+
+
+TRANSPOSED_CASES = [
+    (ConvTranspose1d(4, 3), (2, 3, 6)),
+    (ConvTranspose1d(4, 3, stride=2, padding=1, output_padding=1), (2, 3, 6)),
+    (ConvTranspose1d(6, 3, stride=3, dilation=2, output_padding=1, groups=3), (2, 3, 5)),
+    (ConvTranspose1d(4, 2, padding=2, bias=False), (2, 3, 6)),
+    (ConvTranspose2d(5, 3), (2, 3, 4, 5)),
+    (ConvTranspose2d(5, 4, stride=2, padding=1), (2, 3, 5, 4)),
+    (
+        ConvTranspose2d(4, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2)),
+        (2, 3, 4, 4),
+    ),
+    (ConvTranspose2d(6, 3, dilation=2, stride=2, output_padding=1, groups=2), (2, 4, 4, 3)),
+    (ConvTranspose2d(4, 3, groups=4, padding=1), (2, 4, 5, 5)),
+    (ConvTranspose3d(3, 2, stride=2, output_padding=1), (1, 2, 3, 3, 2)),
+    (ConvTranspose3d(4, 3, groups=2, padding=1, dilation=(1, 2, 1)), (1, 2, 3, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("layer, shape", TRANSPOSED_CASES, ids=repr)
+def test_transposed_parity(torch, layer, shape):
+    assert_parity(torch, layer, shape)
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (Conv1d(4, 3, padding=1), (3, 7)),
+        (Conv2d(4, 3, stride=2, padding_mode="reflect", padding=1), (3, 6, 5)),
+        (Conv3d(2, 2, groups=2), (2, 3, 3, 3)),
+        (ConvTranspose2d(2, 3, stride=2), (3, 4, 4)),
+    ],
+    ids=repr,
+)
+def test_unbatched_input_parity(torch, layer, shape):
+    assert_parity(torch, layer, shape)
+
+
+def test_transposed_output_size_parity(torch):
+    layer = ConvTranspose2d(3, 3, stride=3, padding=1)
+    for size in [(10, 11), (12, 10), (1, 3, 11, 12)]:
+        assert_parity(torch, layer, (1, 2, 4, 4), output_size=size)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    groups=st.sampled_from([1, 2, 3]),
+    extra=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+    bias=st.booleans(),
+)
+def test_conv2d_parity_property(torch, k, stride, padding, dilation, groups, extra, bias):
+    layer = Conv2d(
+        2 * groups, k, stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias
+    )
+    spatial = tuple(d * (k_ - 1) + 1 + e for d, k_, e in zip(dilation, k, extra, strict=True))
+    assert_parity(torch, layer, (2, groups, *spatial))
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    groups=st.sampled_from([1, 2]),
+    size=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    data=st.data(),
+)
+def test_conv_transpose2d_parity_property(torch, k, stride, dilation, groups, size, data):
+    padding = tuple(
+        data.draw(st.integers(0, d * (k_ - 1))) for d, k_ in zip(dilation, k, strict=True)
+    )
+    output_padding = tuple(
+        data.draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation, strict=True)
+    )
+    layer = ConvTranspose2d(
+        3 * groups,
+        k,
+        stride=stride,
+        padding=padding,
+        output_padding=output_padding,
+        dilation=dilation,
+        groups=groups,
+    )
+    assert_parity(torch, layer, (2, 2 * groups, *size))
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (Conv1d(2, 3, stride=2, padding=1, padding_mode="reflect"), (1, 2, 6)),
+        (Conv2d(2, 2, padding="same", groups=2), (1, 2, 3, 4)),
+        (Conv3d(2, 2, padding=1, padding_mode="circular"), (1, 1, 2, 3, 2)),
+        (ConvTranspose1d(2, 3, stride=2, output_padding=1), (1, 2, 3)),
+        (ConvTranspose2d(2, 2, stride=2, padding=1, groups=2, dilation=2), (1, 2, 3, 2)),
+        (ConvTranspose3d(1, 2, stride=(2, 1, 1)), (1, 2, 2, 2, 1)),
+    ],
+    ids=repr,
+)
+def test_gradcheck(layer, shape):
+    params = layer.init(jax.random.key(1), shape)
+    x = jax.random.normal(jax.random.key(2), shape)
+    assert gradcheck(layer.apply, params, x)
+
+
+def test_jit_and_vmap_match_eager():
+    layer = Conv2d(4, 3, padding=1, padding_mode="replicate")
+    params = layer.init(jax.random.key(0), (2, 3, 6, 6))
+    x = jax.random.normal(jax.random.key(1), (2, 3, 6, 6))
+    eager = layer.apply(params, x)
+    np.testing.assert_allclose(jax.jit(layer.apply)(params, x), eager, rtol=1e-6, atol=1e-6)
+    per_example = jax.vmap(layer.apply, in_axes=(None, 0))(params, x)
+    np.testing.assert_allclose(per_example, eager, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "layer, cin, bound_fan_in",
+    [
+        (Conv2d(64, 5), 32, 32 * 25),
+        (Conv1d(128, 7, groups=4), 64, 16 * 7),
+        (ConvTranspose2d(48, 4, groups=2), 64, 24 * 16),
+    ],
+    ids=repr,
+)
+def test_default_init_matches_torch_formula(torch, layer, cin, bound_fan_in):
+    """kaiming_uniform(a=sqrt(5)) is U(-1/sqrt(fan_in), 1/sqrt(fan_in)): std = bound/sqrt(3).
+    For transposed convs fan_in comes from weight axis 1 (out/groups) as in torch."""
+    shape = (1, cin, *(9,) * layer._nd)
+    params = layer.init(jax.random.key(0), shape)
+    bound = 1 / math.sqrt(bound_fan_in)
+    w, b = np.asarray(params["weight"]), np.asarray(params["bias"])
+    module = torch_twin(torch, layer, cin)
+    assert w.shape == tuple(module.weight.shape)
+    assert np.abs(w).max() <= bound and np.abs(b).max() <= bound
+    assert abs(w.std() - bound / math.sqrt(3)) < 0.03 * bound / math.sqrt(3)
+    torch_std = float(module.weight.detach().std())
+    assert abs(w.std() - torch_std) < 0.05 * torch_std
+    assert float(module.weight.detach().abs().max()) <= bound
+
+
+def test_init_overrides():
+    from purelayers import init
+
+    layer = Conv2d(3, 2, weight_init=init.constant(0.5), bias_init=init.zeros())
+    params = layer.init(jax.random.key(0), (1, 2, 4, 4))
+    np.testing.assert_array_equal(params["weight"], np.full((3, 2, 2, 2), 0.5))
+    np.testing.assert_array_equal(params["bias"], np.zeros(3))
+
+
+def test_names_and_order_match_state_dict(torch):
+    model = Sequential(Conv2d(4, 3), Conv2d(2, 1, bias=False), ConvTranspose2d(3, 2))
+    params = model.init(jax.random.key(0), (1, 3, 8, 8))
+    tm = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.Conv2d(4, 2, 1, bias=False),
+        torch.nn.ConvTranspose2d(2, 3, 2),
+    )
+    ours = {k: tuple(v.shape) for k, v in P.flatten(params).items()}
+    assert ours == {k: tuple(v.shape) for k, v in tm.state_dict().items()}
+    assert list(ours) == list(tm.state_dict())
+    # Our checkpoint loads into torch unchanged.
+    tm.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in P.flatten(params).items()})
+
+
+def test_layers_are_hashable_and_normalized():
+    assert Conv2d(4, 3) == Conv2d(4, (3, 3)) == Conv2d(4, [3, 3])
+    assert hash(Conv2d(4, 3, stride=[2, 2])) == hash(Conv2d(4, 3, stride=2))
+    assert Conv1d(4, 3) != Conv2d(4, 3)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: Conv2d(0, 3), r"Conv2d: out_channels must be a positive integer, got 0"),
+        (lambda: Conv2d(4, 0), r"Conv2d: kernel_size must be a positive integer or a tuple of 2"),
+        (lambda: Conv2d(4, (3, 3, 3)), r"kernel_size must be .* tuple of 2 .*got \(3, 3, 3\)"),
+        (lambda: Conv1d(4, 3, stride=0), r"Conv1d: stride must be a positive integer .*got 0"),
+        (lambda: Conv2d(4, 3, dilation=(1, 0)), r"dilation must be .*got \(1, 0\)"),
+        (lambda: Conv2d(4, 3, padding=-1), r"padding must be an integer >= 0 .*got -1"),
+        (lambda: Conv2d(4, 3, padding="full"), r"padding must be 'valid', 'same'.*got 'full'"),
+        (lambda: Conv2d(4, 3, padding="same", stride=2), r"padding='same' needs stride 1"),
+        (lambda: Conv2d(6, 3, groups=4), r"out_channels must be divisible by groups, got "),
+        (lambda: Conv2d(4, 3, groups=0), r"groups must be a positive integer, got 0"),
+        (lambda: Conv2d(4, 3, padding_mode="mirror"), r"padding_mode must be one of 'zeros'"),
+        (lambda: Conv2d(4, 3, bias=1), r"bias must be True or False, got 1"),
+        (
+            lambda: ConvTranspose2d(4, 3, stride=2, output_padding=2),
+            r"ConvTranspose2d: output_padding must be smaller than either stride or dilation",
+        ),
+        (lambda: ConvTranspose1d(4, 3, padding=-2), r"padding must be an integer >= 0"),
+    ],
+)
+def test_config_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_in_channels_not_divisible_by_groups():
+    with pytest.raises(
+        LayerError,
+        match=r"Conv2d: input channels must be divisible by groups=4; expected a multiple "
+        r"of 4, got 6",
+    ):
+        Conv2d(8, 3, groups=4).init(jax.random.key(0), (1, 6, 5, 5))
+
+
+def test_shape_errors_name_layer_axis_expected_got():
+    conv = Conv2d(4, 3)
+    params = conv.init(jax.random.key(0), (1, 3, 8, 8))
+    with pytest.raises(LayerError, match=r"Conv2d: input channels \(axis 1\) expected 3, got 5"):
+        conv.apply(params, jnp.ones((1, 5, 8, 8)))
+    with pytest.raises(LayerError, match=r"Conv2d: input rank expected 4 \(N, C, H, W\) or 3"):
+        conv.apply(params, jnp.ones((8, 8)))
+    with pytest.raises(LayerError, match=r"must hold the dilated kernel; expected >= \(3, 3\)"):
+        conv.apply(params, jnp.ones((1, 3, 2, 8)))
+    model = Sequential(Conv2d(4, 3), Conv2d(2, 3))
+    mp = model.init(jax.random.key(0), (1, 3, 8, 8))
+    mp["1"] = Conv2d(2, 3).init(jax.random.key(0), (1, 5, 6, 6))
+    with pytest.raises(LayerError, match=r"Sequential\[1\] Conv2d: input channels"):
+        model.apply(mp, jnp.ones((1, 3, 8, 8)))
+
+
+def test_padding_mode_errors():
+    conv = Conv1d(2, 3, padding=3, padding_mode="reflect")
+    params = conv.init(jax.random.key(0), (1, 1, 3))
+    with pytest.raises(LayerError, match=r"padding_mode='reflect' needs each padding smaller"):
+        conv.apply(params, jnp.ones((1, 1, 3)))
+    circ = Conv1d(2, 3, padding=3, padding_mode="circular")
+    with pytest.raises(LayerError, match=r"padding_mode='circular' needs each padding at most"):
+        circ.apply(circ.init(jax.random.key(0), (1, 1, 2)), jnp.ones((1, 1, 2)))
+
+
+def test_transposed_errors():
+    up = ConvTranspose2d(2, 3, stride=2)
+    params = up.init(jax.random.key(0), (1, 4, 3, 3))
+    with pytest.raises(LayerError, match=r"ConvTranspose2d: input channels \(axis 1\) expected 4"):
+        up.apply(params, jnp.ones((1, 3, 3, 3)))
+    with pytest.raises(LayerError, match=r"output_size must be reachable .* \[7, 8\], got"):
+        up.apply(params, jnp.ones((1, 4, 3, 3)), output_size=(9, 7))
+    tiny = ConvTranspose1d(1, 1, padding=1)
+    with pytest.raises(
+        LayerError, match=r"output size per spatial axis expected >= 1, got \(-1,\)"
+    ):
+        tiny.apply(tiny.init(jax.random.key(0), (1, 1, 1)), jnp.ones((1, 1, 1)))
