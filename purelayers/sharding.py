@@ -1,0 +1,674 @@
+"""Distributed training on JAX's SPMD engine, with sharding rules written against
+checkpoint names.
+
+Every array of a params (or state, or optimizer-state) tree has a dotted name, its
+PyTorch ``state_dict`` key (``blocks.0.fc.weight``). A *rule* maps a name pattern to a
+``jax.sharding.PartitionSpec``; ``named_shardings(tree, rules, mesh)`` turns a tree into
+the matching tree of ``NamedSharding``s, which ``jax.jit`` (``in_shardings`` /
+``out_shardings``), ``jax.device_put`` and ``init_sharded`` take. Communication is
+XLA's: nothing here moves data by hand.
+
+The rules for a GPT (``tok_emb``, ``pos_emb``, ``blocks.N.*``, ``ln_f``, ``head``) on a
+``(data, model)`` mesh, Megatron-style inside each block, replicated elsewhere::
+
+    import purelayers.sharding as S
+    mesh = S.make_mesh("data=2,model=4")
+    rules = [*S.transformer_block("blocks.*", axis="model"), ("*", S.P())]
+    params = S.init_sharded(model, key, (batch, seq), mesh, rules)
+    step = jax.jit(train_step, in_shardings=(..., S.batch_sharding(mesh, "data")))
+
+Patterns. A rule is ``(pattern, spec)``; the first rule whose pattern matches the whole
+dotted name wins. A pattern is a glob (``fnmatch``, case-sensitive): ``*`` matches any
+run of characters *including dots*, so ``"*.fc.weight"`` matches
+``blocks.3.fc.weight`` and ``"*"`` matches everything; ``?`` and ``[seq]`` as in
+``fnmatch``. A pattern starting with ``re:`` is a regular expression matched against
+the whole name (``re.fullmatch``): ``"re:blocks\\.[0-5]\\..*"``. A spec is a
+``PartitionSpec`` (shorter than the array's rank means "the remaining axes are not
+split", as in JAX) or a function ``(name, shape, mesh) -> PartitionSpec`` (``fsdp``
+uses one). Unmatched names raise ``ValueError`` unless ``default=`` is given; a spec
+whose mesh axes do not divide an array axis raises ``ValueError`` naming the array, its
+shape, the rule, the mesh axis and its size.
+
+Meshes. ``make_mesh("data=2,model=4")`` builds a ``jax.sharding.Mesh`` whose axes are
+``AxisType.Auto``: XLA's partitioner then places the collectives, which is what these
+rules assume (with ``Explicit`` axes, JAX asks for an ``out_sharding`` on every
+contracting ``dot``).
+
+Multi-host. Start every process with ``jax.distributed.initialize()`` (coordinator
+address, process count and id from the launcher or arguments) before any other JAX
+call; ``jax.devices()`` then lists every host's devices and the same rules and mesh
+apply unchanged. Feed each process its own slice of the batch with
+``jax.make_array_from_process_local_data(batch_sharding(mesh), local_batch)``.
+Checkpoints: ``save`` gathers each array and process 0 writes; ``load_sharded`` reads
+on every process only the slices its devices hold.
+
+Fused attention projections. ``MultiHeadAttention`` packs ``qkv.weight`` rows as
+``[q heads | k heads | v heads]`` (torch's ``in_proj_weight``). Splitting those rows in
+``n`` contiguous blocks does *not* give each device the q, k and v rows of the same
+heads (with ``n = 2`` the first device holds all of q and half of k). XLA still
+computes the right answer, but it moves the q/k/v activations between devices after
+the projection (``collective-permute``s) instead of running each device's heads
+locally. Whole heads per device need the rows in *head-group* order,
+``[q_g0 k_g0 v_g0 | q_g1 k_g1 v_g1 | ...]`` with ``g`` the ``n`` groups of
+``num_heads / n`` query and ``num_kv_heads / n`` key/value heads: ``group_qkv`` and
+``ungroup_qkv`` convert between the two orders (a row permutation, exact), so that a
+plain row split of the grouped matrix holds matching heads on every device. A layer
+that computes attention from the grouped order is what makes the split communication
+free; with torch's order the rules below are still correct and still divide the
+weights' memory by ``n``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from purelayers import _safetensors_io as _io
+from purelayers import params as _params
+from purelayers._safetensors_io import CheckpointError
+
+__all__ = [
+    "Mesh",
+    "NamedSharding",
+    "P",
+    "PartitionSpec",
+    "Rules",
+    "attention",
+    "batch_sharding",
+    "column_parallel",
+    "data_parallel",
+    "fsdp",
+    "group_qkv",
+    "init_sharded",
+    "linear_pair",
+    "load_sharded",
+    "make_mesh",
+    "named_shardings",
+    "optimizer_shardings",
+    "partition_specs",
+    "row_parallel",
+    "save",
+    "sharded_init_fn",
+    "transformer_block",
+    "ungroup_qkv",
+]
+
+P = PartitionSpec
+
+SpecFn = Callable[[str, tuple[int, ...], Mesh], PartitionSpec]
+Rule = tuple[str, PartitionSpec | SpecFn]
+Rules = Sequence[Rule]
+
+
+# -- meshes ---------------------------------------------------------------------------
+
+
+def make_mesh(axes: str | Mapping[str, int], *, devices: Sequence[Any] | None = None) -> Mesh:
+    """A device mesh from ``"data=2,model=4"`` or ``{"data": 2, "model": 4}``.
+
+    Takes the first ``prod(sizes)`` of ``devices`` (default ``jax.devices()``), so a
+    smaller mesh than the machine is fine. Axes are ``AxisType.Auto`` (XLA places the
+    collectives). Raises ``ValueError`` for a malformed spec or too few devices.
+    """
+    if isinstance(axes, str):
+        parsed: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in axes.split(","))):
+            name, eq, size = part.partition("=")
+            if not eq or not name.strip().isidentifier() or not size.strip().isdigit():
+                raise ValueError(
+                    f"make_mesh: cannot read {part!r} in {axes!r}; write axes as "
+                    "'name=size' separated by commas, e.g. 'data=2,model=4'"
+                )
+            parsed[name.strip()] = int(size)
+        axes = parsed
+    if not axes or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in axes.values()
+    ):
+        raise ValueError(f"make_mesh: axes must map names to positive sizes, got {dict(axes)}")
+    devices = list(jax.devices() if devices is None else devices)
+    need = math.prod(axes.values())
+    if need > len(devices):
+        raise ValueError(
+            f"make_mesh: {dict(axes)} needs {need} devices, but {len(devices)} are available; "
+            "on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax"
+        )
+    kinds = getattr(jax.sharding, "AxisType", None)
+    extra = {} if kinds is None else {"axis_types": (kinds.Auto,) * len(axes)}
+    return jax.make_mesh(tuple(axes.values()), tuple(axes), devices=devices[:need], **extra)
+
+
+def batch_sharding(mesh: Mesh, axes: str | tuple[str, ...] = "data") -> NamedSharding:
+    """Batches split along their first axis over mesh axis (or axes) ``axes``."""
+    return NamedSharding(mesh, P(axes))
+
+
+# -- rules to specs -------------------------------------------------------------------
+
+
+def _matches(pattern: str, name: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.fullmatch(pattern[3:], name) is not None
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _check_rules(rules: Rules) -> None:
+    if isinstance(rules, (str, bytes)) or not isinstance(rules, Sequence):
+        raise ValueError(f"sharding: rules must be a list of (pattern, spec) pairs, got {rules!r}")
+    for i, rule in enumerate(rules):
+        ok = isinstance(rule, tuple) and len(rule) == 2 and isinstance(rule[0], str)
+        if not ok or not (isinstance(rule[1], PartitionSpec) or callable(rule[1])):
+            raise ValueError(
+                f"sharding: rules[{i}] must be (pattern: str, PartitionSpec or "
+                f"fn(name, shape, mesh)), got {rule!r}"
+            )
+        if rule[0].startswith("re:"):
+            try:
+                re.compile(rule[0][3:])
+            except re.error as e:
+                raise ValueError(f"sharding: rules[{i}] pattern {rule[0]!r}: {e}") from None
+
+
+def _axes(entry: Any) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _validate(name: str, shape: tuple[int, ...], spec: Any, rule: str, mesh: Mesh) -> PartitionSpec:
+    where = f"sharding: {name!r} with shape {shape}: {rule} -> {spec!r}"
+    if not isinstance(spec, PartitionSpec):
+        raise ValueError(f"{where} is not a PartitionSpec")
+    if len(spec) > len(shape):
+        raise ValueError(
+            f"{where} has {len(spec)} entries, but the array has {len(shape)} axes\n"
+            "  give at most one entry per axis (None leaves an axis whole)"
+        )
+    seen: set[str] = set()
+    for axis, entry in enumerate(spec):
+        names = _axes(entry)
+        for mesh_axis in names:
+            if mesh_axis not in mesh.shape:
+                raise ValueError(
+                    f"{where} names mesh axis {mesh_axis!r}, but the mesh has axes "
+                    f"{dict(mesh.shape)}"
+                )
+            if mesh_axis in seen:
+                raise ValueError(f"{where} uses mesh axis {mesh_axis!r} twice")
+            seen.add(mesh_axis)
+        size = math.prod(mesh.shape[a] for a in names)
+        if shape[axis] % size:
+            label = f"mesh axis {names[0]!r}" if len(names) == 1 else f"mesh axes {names}"
+            raise ValueError(
+                f"{where} splits axis {axis} (size {shape[axis]}) over {label} of size "
+                f"{size}, which does not divide {shape[axis]}\n"
+                f"  use a mesh whose {'/'.join(names)} size divides {shape[axis]}, or put an earlier "
+                f"rule for {name!r} (P() replicates it)"
+            )
+    return spec
+
+
+def _resolve(name: str, shape: tuple[int, ...], rules: Rules, mesh: Mesh, default: Any):
+    for pattern, spec in rules:
+        if _matches(pattern, name):
+            rule = f"rule {pattern!r}"
+            if not isinstance(spec, PartitionSpec):
+                spec = spec(name, shape, mesh)
+            return _validate(name, shape, spec, rule, mesh)
+    if default is None:
+        tried = [pattern for pattern, _ in rules]
+        raise ValueError(
+            f"sharding: no rule matches {name!r} with shape {shape}; patterns tried: {tried}\n"
+            "  add a rule for it, or pass default=P() to replicate unmatched arrays"
+        )
+    return _validate(name, shape, default, "default", mesh)
+
+
+def _key_name(key: Any) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def partition_specs(
+    tree: Any, rules: Rules, mesh: Mesh, *, default: PartitionSpec | None = None
+) -> Any:
+    """The tree of ``PartitionSpec``s that ``rules`` give ``tree``'s arrays.
+
+    Args:
+      tree: any pytree of arrays or ``jax.ShapeDtypeStruct``s (params, state, an optax
+        state); a leaf's name is its dotted path (dict keys and sequence indices, the
+        checkpoint name for params and state trees).
+      rules: ``[(pattern, spec), ...]``, first match wins (see the module docstring).
+      mesh: the mesh the specs refer to; its axis sizes are checked against the shapes.
+      default: the spec of names no rule matches. Default ``None``: such a name raises.
+
+    Raises:
+      ValueError: a name no rule matches (without ``default``), a spec naming an axis
+        the mesh lacks, with more entries than the array has axes, or whose mesh axes
+        do not divide the array axis they split. The message names the array, its
+        shape, the rule, the mesh axis and its size.
+    """
+    _check_rules(rules)
+    if default is not None and not isinstance(default, PartitionSpec):
+        raise ValueError(f"sharding: default must be a PartitionSpec or None, got {default!r}")
+
+    def one(path, leaf):
+        name = ".".join(_key_name(k) for k in path)
+        return _resolve(name, tuple(int(d) for d in np.shape(leaf)), rules, mesh, default)
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
+def named_shardings(
+    tree: Any, rules: Rules, mesh: Mesh, *, default: PartitionSpec | None = None
+) -> Any:
+    """``partition_specs`` as ``NamedSharding(mesh, spec)``s, ready for ``jax.jit``."""
+    specs = partition_specs(tree, rules, mesh, default=default)
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), specs)
+
+
+def optimizer_shardings(tree: Any, param_shardings: Any) -> Any:
+    """Shardings for an optimizer state (or any tree holding copies of the params).
+
+    A leaf whose dotted path ends with a parameter's name (optax's
+    ``0.mu.blocks.0.fc.weight`` for ``blocks.0.fc.weight``) gets that parameter's
+    sharding; any other leaf (step counts, scalars) is replicated on the same mesh.
+    Use it on ``jax.eval_shape(optimizer.init, params)`` to create the state sharded:
+    ``jax.jit(optimizer.init, out_shardings=optimizer_shardings(...))(params)``.
+    """
+    by_name = _params.flatten(param_shardings)
+    if not by_name:
+        raise ValueError("optimizer_shardings: param_shardings holds no sharding")
+    mesh = next(iter(by_name.values())).mesh
+    names = sorted(by_name, key=len, reverse=True)
+
+    def one(path, leaf):
+        name = ".".join(_key_name(k) for k in path)
+        for p in names:
+            if name == p or name.endswith("." + p):
+                return by_name[p]
+        return NamedSharding(mesh, P())
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
+# -- ready-made rule sets -------------------------------------------------------------
+
+
+def data_parallel() -> list[Rule]:
+    """Every array replicated: pure data parallelism (shard the batch with
+    ``batch_sharding``; XLA all-reduces the gradients)."""
+    return [("*", P())]
+
+
+def fsdp(axis: str = "fsdp", *, min_size: int = 1024) -> list[Rule]:
+    """Fully sharded data parallel: split each array along its largest axis that the
+    ``axis`` mesh axis divides; replicate arrays of fewer than ``min_size`` elements.
+
+    Ties go to the earlier axis; an array none of whose axes divides is replicated.
+    Shard the batch over ``axis`` too (``batch_sharding(mesh, axis)``, or
+    ``("data", axis)`` on a 2-D mesh); XLA then gathers each weight where it is used
+    and reduce-scatters its gradient.
+    """
+
+    def spec(name: str, shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
+        size = dict(mesh.shape).get(axis, 1)  # a missing axis fails validation by name
+        if math.prod(shape) < min_size or not shape:
+            return P()
+        fits = [i for i, d in enumerate(shape) if d % size == 0]
+        if not fits:
+            return P()
+        best = max(fits, key=lambda i: (shape[i], -i))
+        return P(*([None] * best), axis)
+
+    return [("*", spec)]
+
+
+def column_parallel(pattern: str, axis: str = "model") -> list[Rule]:
+    """A ``Linear`` whose outputs are split: ``weight`` rows and ``bias`` over ``axis``.
+
+    ``pattern`` names the layer (``"blocks.*.fc"``); its output stays split over
+    ``axis``, so the next layer should be ``row_parallel``.
+    """
+    return [(f"{pattern}.weight", P(axis, None)), (f"{pattern}.bias", P(axis))]
+
+
+def row_parallel(pattern: str, axis: str = "model") -> list[Rule]:
+    """A ``Linear`` whose inputs are split: ``weight`` columns over ``axis``, ``bias``
+    replicated. XLA all-reduces its output (the partial sums) over ``axis``."""
+    return [(f"{pattern}.weight", P(None, axis)), (f"{pattern}.bias", P())]
+
+
+def linear_pair(column: str, row: str, axis: str = "model") -> list[Rule]:
+    """Megatron's MLP split: ``column`` column-parallel, then ``row`` row-parallel.
+
+    The activation between them stays split over ``axis``; the only communication is
+    one all-reduce of ``row``'s output (and one of the input gradient going back).
+    """
+    return [*column_parallel(column, axis), *row_parallel(row, axis)]
+
+
+def attention(pattern: str, axis: str = "model") -> list[Rule]:
+    """``MultiHeadAttention`` at ``pattern`` (``"blocks.*.attn"``) split by heads.
+
+    ``qkv`` column-parallel (rows split), ``out`` row-parallel. ``num_heads`` and
+    ``num_kv_heads`` times ``head_dim`` must divide by the ``axis`` size. See the
+    module docstring on the fused ``qkv`` rows: in torch's order the split is correct
+    but not head-aligned; ``group_qkv`` gives the head-aligned order.
+    """
+    return linear_pair(f"{pattern}.qkv", f"{pattern}.out", axis)
+
+
+def transformer_block(pattern: str, axis: str = "model") -> list[Rule]:
+    """Megatron tensor parallelism for ``TransformerBlock``s at ``pattern``
+    (``"blocks.*"``): ``attn`` by heads, ``fc`` column-parallel, ``proj``
+    row-parallel, the layer norms replicated."""
+    return [
+        *attention(f"{pattern}.attn", axis),
+        *linear_pair(f"{pattern}.fc", f"{pattern}.proj", axis),
+        (f"{pattern}.ln*", P()),
+    ]
+
+
+# -- fused q/k/v rows in head-group order ---------------------------------------------
+
+
+def _qkv_order(rows: int, num_heads: int, num_kv_heads: int | None, groups: int) -> np.ndarray:
+    kv = num_heads if num_kv_heads is None else num_kv_heads
+    for what, n in (("num_heads", num_heads), ("num_kv_heads", kv)):
+        if n % groups:
+            raise ValueError(f"group_qkv: {what}={n} must divide by groups={groups}")
+    if rows % (num_heads + 2 * kv):
+        raise ValueError(
+            f"group_qkv: {rows} rows are not (num_heads + 2 * num_kv_heads) * head_dim "
+            f"for num_heads={num_heads}, num_kv_heads={kv}"
+        )
+    hd = rows // (num_heads + 2 * kv)
+    idx = np.arange(rows)
+    q = idx[: num_heads * hd].reshape(groups, -1)
+    k = idx[num_heads * hd : (num_heads + kv) * hd].reshape(groups, -1)
+    v = idx[(num_heads + kv) * hd :].reshape(groups, -1)
+    return np.concatenate([q, k, v], axis=1).reshape(-1)
+
+
+def group_qkv(
+    array: Any, num_heads: int, num_kv_heads: int | None = None, *, groups: int
+) -> jax.Array:
+    """``qkv.weight`` (or ``qkv.bias``) rows from torch's ``[q | k | v]`` order into
+    head-group order ``[q_0 k_0 v_0 | q_1 k_1 v_1 | ...]`` (``groups`` groups).
+
+    Row block ``g`` of the result (the rows a device holds when the rows are split
+    ``groups`` ways) holds query heads ``g * H/groups .. (g+1) * H/groups - 1`` and the
+    matching key/value heads. ``ungroup_qkv`` is the inverse.
+    """
+    a = jnp.asarray(array)
+    return a[_qkv_order(a.shape[0], num_heads, num_kv_heads, groups)]
+
+
+def ungroup_qkv(
+    array: Any, num_heads: int, num_kv_heads: int | None = None, *, groups: int
+) -> jax.Array:
+    """The inverse of ``group_qkv``: rows back in torch's ``[q | k | v]`` order."""
+    a = jnp.asarray(array)
+    return a[np.argsort(_qkv_order(a.shape[0], num_heads, num_kv_heads, groups))]
+
+
+# -- sharded initialization -----------------------------------------------------------
+
+
+def sharded_init_fn(
+    model: Any,
+    shape: Any,
+    mesh: Mesh,
+    rules: Rules,
+    *,
+    dtype: Any = jnp.float32,
+    default: PartitionSpec | None = None,
+    state: bool = False,
+):
+    """``(init, shardings)``: ``init(key)`` is ``model.init`` jitted with
+    ``out_shardings=shardings``, so every array is created already split.
+
+    The tree's shapes come from ``jax.eval_shape`` (nothing is allocated); with
+    ``state=True`` ``init`` returns ``(params, state)`` and both are sharded by
+    ``rules``. Use ``init.lower(key).compile()`` to inspect the program.
+    """
+
+    def build(key):
+        params = model.init(key, shape, dtype)
+        return (params, model.init_state(shape, dtype)) if state else params
+
+    abstract = jax.eval_shape(build, jax.random.key(0))
+    shardings = named_shardings(abstract, rules, mesh, default=default)
+    return jax.jit(build, out_shardings=shardings), shardings
+
+
+def init_sharded(
+    model: Any,
+    key: jax.Array,
+    shape: Any,
+    mesh: Mesh,
+    rules: Rules,
+    *,
+    dtype: Any = jnp.float32,
+    default: PartitionSpec | None = None,
+    state: bool = False,
+) -> Any:
+    """``model.init(key, shape, dtype)`` born sharded by ``rules`` over ``mesh``.
+
+    No device ever holds a whole copy of an array its rule splits: the initializer
+    runs inside one ``jax.jit`` whose ``out_shardings`` are the rules' shardings, so
+    XLA computes each shard where it lives. With JAX's partitionable threefry (the
+    default) the values equal ``model.init``'s. With ``state=True`` returns
+    ``(params, state)``.
+    """
+    init, _ = sharded_init_fn(model, shape, mesh, rules, dtype=dtype, default=default, state=state)
+    return init(key)
+
+
+# -- checkpoints ----------------------------------------------------------------------
+
+
+def save(
+    path: str | os.PathLike,
+    params: Mapping[str, Any],
+    state: Mapping[str, Any] | None = None,
+    *,
+    metadata: Mapping[str, str] | None = None,
+    max_shard_bytes: int | None = None,
+) -> Path:
+    """``purelayers.params.save`` for sharded trees, on one host or many.
+
+    On one host every shard is addressable and ``params.save`` already gathers one
+    array at a time into host memory while writing. Across hosts each array that this
+    process cannot see whole is gathered with
+    ``jax.experimental.multihost_utils.process_allgather`` (call ``save`` on every
+    process, in the same order), process 0 writes, and all processes wait for it. The
+    file is an ordinary (optionally Hugging Face-sharded) checkpoint: torch loads it,
+    ``load_sharded`` reads it back onto any mesh.
+
+    Returns:
+      the path written (the index file of a sharded checkpoint).
+    """
+    leaves = jax.tree.leaves((params, state))
+    if all(not isinstance(a, jax.Array) or a.is_fully_addressable for a in leaves):
+        return _params.save(path, params, state, metadata=metadata, max_shard_bytes=max_shard_bytes)
+    from jax.experimental import multihost_utils
+
+    def host(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+        return a
+
+    params, state = jax.tree.map(host, (params, state))
+    written = Path(path)
+    if jax.process_index() == 0:
+        written = _params.save(
+            path, params, state, metadata=metadata, max_shard_bytes=max_shard_bytes
+        )
+    multihost_utils.sync_global_devices(f"purelayers.sharding.save:{os.fspath(path)}")
+    if max_shard_bytes is not None and jax.process_index() != 0:
+        written = written / _io.INDEX_NAME
+    return written
+
+
+class _Tensor:
+    """One tensor of a checkpoint file, read lazily through a memory map."""
+
+    def __init__(self, file: Path, dtype: np.dtype, shape: tuple[int, ...], offset: int):
+        self.file, self.dtype, self.shape, self.offset = file, dtype, shape, offset
+
+    def read(self, index: Any, dtype: Any) -> np.ndarray:
+        if math.prod(self.shape) == 0:
+            whole = np.zeros(self.shape, self.dtype)
+        else:
+            whole = np.memmap(self.file, self.dtype, "r", self.offset, self.shape)
+        part = np.array(whole[() if index is None else index])
+        if sys.byteorder == "big":  # files are little-endian
+            part = part.byteswap()
+        return part.astype(dtype, copy=False)
+
+
+def _scan_file(file: Path) -> dict[str, _Tensor]:
+    """The tensors of one safetensors file from its header alone; a malformed file gets
+    the checkpoint reader's own error (which names the file and the problem)."""
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if size < 8 or n > size - 8 or n > 100_000_000:
+                raise ValueError
+            header = json.loads(f.read(n).decode("utf-8"))
+        out, end = {}, 0
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = _io.DTYPES[info["dtype"]]
+            shape = tuple(int(d) for d in info["shape"])
+            begin, stop = (int(o) for o in info["data_offsets"])
+            if stop - begin != math.prod(shape) * dtype.itemsize or begin < 0:
+                raise ValueError
+            end = max(end, stop)
+            out[name] = _Tensor(file, dtype, shape, 8 + n + begin)
+        if end != size - 8 - n:
+            raise ValueError
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        _io.read_file(file)  # raises the precise CheckpointError
+        raise CheckpointError(file, "corrupted: its header could not be read") from None
+
+
+def _scan(path: str | os.PathLike) -> dict[str, _Tensor]:
+    file, sharded = _io.resolve(path)
+    if not sharded:
+        return _scan_file(file)
+    weight_map = _io.read_index(file)
+    tensors: dict[str, _Tensor] = {}
+    for shard in dict.fromkeys(weight_map.values()):
+        shard_file = file.parent / shard
+        if not shard_file.is_file():
+            raise CheckpointError(file, f"shard {shard_file} named by the index is missing")
+        found = _scan_file(shard_file)
+        absent = [k for k, s in weight_map.items() if s == shard and k not in found]
+        if absent:
+            raise CheckpointError(shard_file, f"lacks names the index puts here: {absent}")
+        tensors.update({k: t for k, t in found.items() if weight_map.get(k) == shard})
+    return {k: tensors[k] for k in weight_map}
+
+
+def _rebuild(tree: Any, values: Mapping[str, Any], prefix: str = "") -> Any:
+    if isinstance(tree, Mapping):
+        return {
+            k: _rebuild(v, values, f"{prefix}.{k}" if prefix else str(k)) for k, v in tree.items()
+        }
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(
+            _rebuild(v, values, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)
+        )
+    return values.get(prefix, tree)
+
+
+def load_sharded(
+    path: str | os.PathLike,
+    params: Any,
+    shardings: Any,
+    state: Any = None,
+    state_shardings: Any = None,
+    *,
+    strict: bool = True,
+) -> Any:
+    """A checkpoint loaded by name straight onto ``shardings``.
+
+    Each array is built with ``jax.make_array_from_callback``: every device reads only
+    its own slice of the file through a memory map, so no process or device holds an
+    unsharded copy of a split array. ``params`` (and ``state``) are templates: trees
+    of arrays or of ``jax.ShapeDtypeStruct`` (``jax.eval_shape(model.init, ...)``), whose
+    names, shapes and dtypes the checkpoint must match; ``shardings`` are matching
+    trees of ``Sharding``s (``named_shardings``). ``path`` is anything
+    ``purelayers.params.load`` accepts, a single file or a sharded index.
+
+    Matching follows ``params.load_into``: with ``strict``, one ``KeyError`` names every
+    missing and unexpected key; shape mismatches are one ``ValueError`` naming each;
+    values are cast to the template's dtype. With ``strict=False``, names missing from
+    the file keep the template's value (placed on its sharding), which needs a
+    concrete template array there.
+
+    Returns:
+      ``params``; ``(params, state)`` when ``state`` is given.
+    """
+    who = f"load_sharded({os.fspath(path)!r})"
+    template = _params.flatten(_params.merge(params, state))
+    placement = _params.flatten(_params.merge(shardings, state_shardings))
+    if set(placement) != set(template):
+        raise ValueError(
+            f"{who}: the shardings do not match the templates by name; without a sharding: "
+            f"{[k for k in template if k not in placement]}; without a template array: "
+            f"{[k for k in placement if k not in template]}"
+        )
+    tensors = _scan(path)
+    missing = [k for k in template if k not in tensors]
+    unexpected = [k for k in tensors if k not in template]
+    if strict and (missing or unexpected):
+        raise KeyError(
+            f"{who}: the checkpoint does not match the model by name; "
+            f"missing keys: {missing}; unexpected keys: {unexpected}"
+        )
+    mismatched = [
+        f"{k}: expected {tuple(np.shape(template[k]))}, got {tensors[k].shape}"
+        for k in template
+        if k in tensors and tuple(np.shape(template[k])) != tensors[k].shape
+    ]
+    if mismatched:
+        raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
+    abstract = [k for k in missing if isinstance(template[k], jax.ShapeDtypeStruct)]
+    if abstract:
+        raise KeyError(f"{who}: missing keys with no template value to keep: {abstract}")
+    loaded = {}
+    for name, leaf in template.items():
+        dtype = jax.dtypes.canonicalize_dtype(leaf.dtype)
+        if name not in tensors:
+            loaded[name] = jax.device_put(jnp.asarray(leaf, dtype), placement[name])
+            continue
+        tensor = tensors[name]
+        loaded[name] = jax.make_array_from_callback(
+            tensor.shape,
+            placement[name],
+            lambda index, tensor=tensor, dtype=dtype: tensor.read(index, dtype),
+            dtype=dtype,
+        )
+    if state is None:
+        return _rebuild(params, loaded)
+    return _rebuild(params, loaded), _rebuild(state, loaded)
