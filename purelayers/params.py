@@ -256,6 +256,15 @@ def _rebuild(tree: Any, loaded: Mapping[str, Any], prefix: str) -> Any:
 # -- checkpoint files -----------------------------------------------------------------
 
 
+def _in_model_order(model: Any, flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` in ``model.ordered``'s (torch's) order; names it does not place go last."""
+    if model is None:
+        return flat
+    order = [k for k in flatten(model.ordered(unflatten(flat))) if k in flat]
+    placed = set(order)
+    return {k: flat[k] for k in [*order, *(k for k in flat if k not in placed)]}
+
+
 def _is_step_counter(name: str) -> bool:
     return name.rsplit(".", 1)[-1] == "num_batches_tracked"
 
@@ -301,11 +310,11 @@ def save(
     *,
     metadata: Mapping[str, str] | None = None,
     max_shard_bytes: int | None = None,
+    model: Any = None,
 ) -> Path:
     """Write ``params`` and ``state`` to a safetensors checkpoint that PyTorch loads.
 
-    Both trees are merged under their dotted torch names in torch's order (``merge``),
-    so ``torch_model.load_state_dict(safetensors.torch.load_file(path))`` accepts the
+    Both trees are merged under their dotted torch names (``merge``), so ``torch_model.load_state_dict(safetensors.torch.load_file(path))`` accepts the
     file unchanged. Dtypes are kept (``bfloat16`` included), except that integer
     ``num_batches_tracked`` counters are written as ``int64``, as torch stores them.
 
@@ -327,6 +336,10 @@ def save(
         (``{"metadata": {"total_size": N}, "weight_map": {name: shard}}``). Shards of an
         earlier save in the folder that the new index does not name are removed.
         Default ``None``: one file.
+      model: the layer the trees belong to; the file then lists names in torch's
+        ``state_dict`` order even for trees that came back key-sorted from ``jit`` or
+        optax. Default ``None``: the trees' own order (torch's for fresh ``init``
+        trees).
 
     Returns:
       the path written: the file, or the index file of a sharded checkpoint.
@@ -337,7 +350,8 @@ def save(
         (without ``max_shard_bytes``).
     """
     meta = _check_metadata(metadata)
-    entries = [_entry(k, v) for k, v in flatten(merge(params, state)).items()]
+    flat = _in_model_order(model, flatten(merge(params, state)))
+    entries = [_entry(k, v) for k, v in flat.items()]
     target = Path(path)
     if max_shard_bytes is None:
         if target.is_dir():
@@ -466,10 +480,7 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
         model, params = None, model
     kinds = {name: "trainable" for name in flatten(params or {})}
     kinds.update({name: "buffer" for name in flatten(state or {})})
-    flat = flatten(merge(params or {}, state or {}))
-    if model is not None:
-        order = list(flatten(model.ordered(unflatten(flat))))
-        flat = {k: flat[k] for k in [*order, *(k for k in flat if k not in set(order))]}
+    flat = _in_model_order(model, flatten(merge(params or {}, state or {})))
     rows = [
         (name, str(tuple(jnp.shape(a))), str(jnp.result_type(a)), math.prod(jnp.shape(a)))
         for name, a in flat.items()

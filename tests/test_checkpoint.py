@@ -99,6 +99,15 @@ def test_load_lists_names_in_torch_order_and_keeps_values(mlp_file, torch):
         assert loaded[name].dtype == value.dtype
 
 
+def test_save_lists_a_key_sorted_tree_in_the_models_order(tmp_path):
+    model = L.Sequential(*[L.Linear(3) for _ in range(11)])
+    trained = jax.jit(lambda p: p)(model.init(jax.random.key(0), (1, 2)))
+    as_given = save(tmp_path / "a.safetensors", trained)
+    assert list(load(as_given))[:3] == ["0.bias", "0.weight", "1.bias"]
+    ordered = save(tmp_path / "b.safetensors", trained, model=model)
+    assert list(load(ordered)) == [f"{i}.{n}" for i in range(11) for n in ("weight", "bias")]
+
+
 def test_bfloat16_round_trip_is_exact_and_torch_reads_bfloat16(torch, tmp_path):
     params = _mlp().init(jax.random.key(0), (2, 4), jnp.bfloat16)
     path = save(tmp_path / "bf16.safetensors", params)
@@ -533,8 +542,8 @@ def test_mha_maps_are_inverse_of_each_other(torch):
 
 
 def test_torch_multihead_attention_checkpoints_cross_through_the_name_map(torch, tmp_path):
-    pytest.importorskip("purelayers.layers.attention")
-    layer = L.MultiHeadAttention(2)
+    attention = pytest.importorskip("purelayers.layers.attention")
+    layer = attention.MultiHeadAttention(2)
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
     module = torch.nn.ModuleDict({"attn": mha}).eval()
@@ -620,7 +629,11 @@ def _round_trip(torch, tmp_path, layer, make_module, shape, x, *, apply=None, ca
     call = call or (lambda m, x: m(x))
     params = layer.init(jax.random.key(0), shape)
     state = layer.init_state(shape) or None
-    path = save(tmp_path / "ours.safetensors", params, state)
+    if state is not None:  # trained-looking running statistics and step counters
+        state = jax.tree.map(
+            lambda a: a + 3 if jnp.issubdtype(a.dtype, jnp.integer) else a * 0.5 + 0.25, state
+        )
+    path = save(tmp_path / "ours.safetensors", params, state, model=layer)
     module = make_module(0).eval()
     reference = module.state_dict()
     from_file = st.load_file(path)
@@ -683,3 +696,39 @@ def test_gru_both_ways(torch, tmp_path):
         _x(2, 3, 4),
         apply=lambda p, s, x: layer.apply(p, x),
     )
+
+
+def test_cnn_with_batch_norm_state_and_pooling_both_ways(torch, tmp_path):
+    conv = pytest.importorskip("purelayers.layers.conv")
+    pool = pytest.importorskip("purelayers.layers.pool")
+    layer = L.Sequential(
+        conv.Conv2d(4, 3, padding=1),
+        L.BatchNorm2d(),
+        L.ReLU(),
+        pool.MaxPool2d(2),
+        L.Flatten(),
+        L.Linear(5),
+    )
+    nn = torch.nn
+
+    def build():
+        module = nn.Sequential(
+            nn.Conv2d(2, 4, 3, padding=1),
+            nn.BatchNorm2d(4),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(4 * 3 * 3, 5),
+        )
+        with torch.no_grad():  # running statistics away from their initial values
+            for _ in range(3):
+                module(torch.randn(4, 2, 6, 6) * 2 + 1)
+        return module
+
+    x = _x(2, 2, 6, 6)
+    _, state = _round_trip(torch, tmp_path, layer, _seeded(torch, build), x.shape, x)
+    assert state["1"]["num_batches_tracked"].dtype == jnp.int32
+    assert int(state["1"]["num_batches_tracked"]) == 3
+    ours = load(tmp_path / "ours.safetensors")
+    assert ours["1.num_batches_tracked"].dtype == jnp.int32  # int64 in the file, JAX's default
+    assert st.load_file(tmp_path / "ours.safetensors")["1.num_batches_tracked"].item() == 3
