@@ -270,11 +270,15 @@ def _parse_header(path: Path, prefix: bytes, size: int) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def _read_prefix(path: Path, n: int | None = None) -> tuple[bytes, int]:
-    with open(path, "rb") as f:
-        data = f.read() if n is None else f.read(n)
-        size = os.fstat(f.fileno()).st_size
-    return data, size
+def _read_header(f, path: Path) -> tuple[dict, int, int]:
+    """The decoded header of the open file ``f``, where its data starts, and its size."""
+    size = os.fstat(f.fileno()).st_size
+    prefix = f.read(8)
+    n = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+    if 0 < n <= min(size - 8, _MAX_HEADER):
+        prefix += f.read(n)
+    header, start = _parse_header(path, prefix, size)
+    return header, start, size
 
 
 def _metadata(path: Path, header: dict) -> dict[str, str]:
@@ -286,7 +290,16 @@ def _metadata(path: Path, header: dict) -> dict[str, str]:
     return meta
 
 
-def _tensor_info(path: Path, name: str, info: Any) -> tuple[np.dtype, tuple[int, ...], int, int]:
+class TensorInfo(NamedTuple):
+    """Where one tensor lies in a safetensors file: ``offset`` is from the file's start."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+def _tensor_info(path: Path, name: str, info: Any, start: int) -> TensorInfo:
     def bad(why: str) -> CheckpointError:
         return CheckpointError(path, f"corrupted: the header entry for {name!r} {why}")
 
@@ -311,7 +324,52 @@ def _tensor_info(path: Path, name: str, info: Any) -> tuple[np.dtype, tuple[int,
             f"spans {offsets[1] - offsets[0]} bytes, but {info['dtype']} {tuple(shape)} "
             f"takes {nbytes}"
         )
-    return dtype, tuple(shape), offsets[0], offsets[1]
+    return TensorInfo(dtype, tuple(shape), start + offsets[0], nbytes)
+
+
+def _check_layout(path: Path, infos: Mapping[str, TensorInfo], start: int, size: int) -> None:
+    """The tensors must tile the data section exactly, as the reference parser demands."""
+    end = start
+    for name, info in sorted(infos.items(), key=lambda kv: (kv[1].offset, kv[1].nbytes)):
+        if info.offset != end:
+            raise CheckpointError(
+                path,
+                f"corrupted: {name!r} starts at data byte {info.offset - start}, but the "
+                f"previous tensor ends at {end - start} (tensors must be contiguous)",
+            )
+        end += info.nbytes
+    if end > size:
+        raise CheckpointError(
+            path,
+            f"truncated: the header describes {end - start} bytes of tensor data, but the "
+            f"file holds {size - start}",
+        )
+    if end < size:
+        raise CheckpointError(
+            path, f"corrupted: {size - end} unexpected bytes after the last tensor"
+        )
+
+
+def _scan(f, path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    header, start, size = _read_header(f, path)
+    meta = _metadata(path, header)
+    infos = {
+        name: _tensor_info(path, name, info, start)
+        for name, info in header.items()
+        if name != "__metadata__"
+    }
+    _check_layout(path, infos, start, size)
+    return infos, meta
+
+
+def scan_file(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """Every tensor's dtype, shape and place in one safetensors file, and its metadata.
+
+    Reads only the header, but checks it against the file's size, so a truncated or
+    corrupted file raises ``CheckpointError`` naming ``path`` here already.
+    """
+    with open(path, "rb") as f:
+        return _scan(f, path)
 
 
 def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -319,47 +377,21 @@ def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
     Raises ``CheckpointError`` naming ``path`` for anything but a well-formed file.
     """
-    data, size = _read_prefix(path)
-    header, start = _parse_header(path, data, size)
-    meta = _metadata(path, header)
-    infos = {
-        name: _tensor_info(path, name, info)
-        for name, info in header.items()
-        if name != "__metadata__"
-    }
-    available, end = size - start, 0
-    for name, (_, _, begin, stop) in sorted(infos.items(), key=lambda kv: kv[1][2:]):
-        if begin != end:
-            raise CheckpointError(
-                path,
-                f"corrupted: {name!r} starts at data byte {begin}, but the previous tensor "
-                f"ends at {end} (tensors must be contiguous)",
-            )
-        end = stop
-    if end > available:
-        raise CheckpointError(
-            path,
-            f"truncated: the header describes {end} bytes of tensor data, but the file "
-            f"holds {available}",
-        )
-    if end < available:
-        raise CheckpointError(
-            path, f"corrupted: {available - end} unexpected bytes after the last tensor"
-        )
     arrays = {}
-    for name, (dtype, shape, begin, _) in infos.items():
-        a = np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=start + begin)
-        arrays[name] = (a.byteswap() if sys.byteorder == "big" else a).reshape(shape)
+    with open(path, "rb") as f:
+        infos, meta = _scan(f, path)
+        for name, info in infos.items():
+            a = np.empty(info.shape, info.dtype)
+            f.seek(info.offset)
+            if f.readinto(a.reshape(-1).view(np.uint8)) != info.nbytes:
+                raise CheckpointError(path, f"truncated while reading {name!r}")
+            arrays[name] = a.byteswap() if sys.byteorder == "big" else a
     return arrays, meta
 
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The ``__metadata__`` of one safetensors file (only its header is read)."""
-    prefix, size = _read_prefix(path, 8)
-    n = int.from_bytes(prefix[:8], "little") if len(prefix) == 8 else 0
-    if 0 < n <= min(size - 8, _MAX_HEADER):
-        prefix, size = _read_prefix(path, 8 + n)
-    return _metadata(path, _parse_header(path, prefix, size)[0])
+    return scan_file(path)[1]
 
 
 def read_index(path: Path) -> dict[str, str]:
