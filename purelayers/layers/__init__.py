@@ -4,6 +4,7 @@ One module per family; each lists its public names in ``__all__``.
 """
 
 from purelayers.layers import activation as _activation
+from purelayers.layers import attention as _attention
 from purelayers.layers import conv as _conv
 from purelayers.layers import core as _core
 from purelayers.layers import dropout as _dropout
@@ -44,6 +45,12 @@ from purelayers.layers.activation import (
     softsign,
     tanh,
 )
+from purelayers.layers.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    rotary_embedding,
+    scaled_dot_product_attention,
+)
 from purelayers.layers.conv import (
     Conv1d,
     Conv2d,
@@ -76,4 +83,5 @@ __all__ = [
     *_norm.__all__,
     *_recurrent.__all__,
     *_conv.__all__,
+    *_attention.__all__,
 ]
