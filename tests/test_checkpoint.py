@@ -567,6 +567,7 @@ def test_torch_multihead_attention_checkpoints_cross_through_the_name_map(torch,
         "attn.out.bias",
     ]
 
+    @jax.jit
     def under_torch_names(p, x):  # gradients are compared name by name with torch's
         return ours(unflatten(rename(flatten(p), TORCH_MHA_TO_PURELAYERS)), x)
 
