@@ -733,3 +733,70 @@ def test_cnn_with_batch_norm_state_and_pooling_both_ways(torch, tmp_path):
     ours = load(tmp_path / "ours.safetensors")
     assert ours["1.num_batches_tracked"].dtype == jnp.int32  # int64 in the file, JAX's default
     assert st.load_file(tmp_path / "ours.safetensors")["1.num_batches_tracked"].item() == 3
+
+
+def _torch_gpt(torch, vocab, width, heads, blocks):
+    """A torch GPT written with purelayers' names (``attn.qkv``/``attn.out`` Linear maps,
+    as nanoGPT packs them), so our checkpoint loads into it without any renaming."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(width, 3 * width)
+            self.out = nn.Linear(width, width)
+
+        def forward(self, x):
+            b, t, e = x.shape
+            q, k, v = (
+                z.view(b, t, heads, e // heads).transpose(1, 2)
+                for z in self.qkv(x).split(e, dim=-1)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out(y.transpose(1, 2).reshape(b, t, e))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(width)
+            self.attn = Attention()
+            self.ln2 = nn.LayerNorm(width)
+            self.fc = nn.Linear(width, 4 * width)
+            self.proj = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.proj(F.gelu(self.fc(self.ln2(x))))
+
+    return nn.Sequential(
+        nn.Embedding(vocab, width),
+        *[Block() for _ in range(blocks)],
+        nn.LayerNorm(width),
+        nn.Linear(width, vocab),
+    )
+
+
+def test_embedding_and_transformer_block_stack_both_ways(torch, tmp_path):
+    transformer = pytest.importorskip("purelayers.layers.transformer")
+    embedding = pytest.importorskip("purelayers.layers.embedding")
+    vocab, width, heads = 11, 8, 2
+    layer = L.Sequential(
+        embedding.Embedding(vocab, width),
+        transformer.TransformerBlock(heads),
+        transformer.TransformerBlock(heads),
+        L.LayerNorm(),
+        L.Linear(vocab),
+    )
+    make = _seeded(torch, lambda: _torch_gpt(torch, vocab, width, heads, 2))
+    ids = np.random.default_rng(0).integers(0, vocab, (2, 5))
+    params, _ = _round_trip(torch, tmp_path, layer, make, ids.shape, ids, tol=2e-5)
+    assert list(flatten(params))[:8] == [
+        "0.weight",
+        "1.ln1.weight",
+        "1.ln1.bias",
+        "1.attn.qkv.weight",
+        "1.attn.qkv.bias",
+        "1.attn.out.weight",
+        "1.attn.out.bias",
+        "1.ln2.weight",
+    ]
