@@ -182,12 +182,15 @@ def _load(template: Any, flat: Mapping[str, Any], strict: bool, who: str):
     ]
     if mismatched:
         raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
-    loaded = {
-        k: jnp.asarray(_to_numpy(flat[k]), dtype=jnp.result_type(names[k]))
-        for k in names
-        if k in flat
-    }
+    loaded = {k: _like(flat[k], names[k]) for k in names if k in flat}
     return _rebuild(template, loaded, ""), keys
+
+
+def _like(value: Any, like: Any) -> jax.Array:
+    """``value`` as a JAX array of ``like``'s dtype, on ``like``'s devices if it has any."""
+    array = jnp.asarray(_to_numpy(value), dtype=jnp.result_type(like))
+    sharding = getattr(like, "sharding", None)
+    return array if sharding is None else jax.device_put(array, sharding)
 
 
 def _warn_unmatched(keys: IncompatibleKeys, who: str) -> None:
@@ -219,8 +222,10 @@ def load_state_dict(
     ``flat`` maps dotted names (``"0.weight"``) to numpy arrays, JAX arrays or torch
     tensors, e.g. a torch ``state_dict()``. Values are cast to the template's dtypes
     (a torch ``int64`` counter becomes the template's ``int32``, ``float32`` weights a
-    ``bfloat16`` template's ``bfloat16``). Every check runs before anything is
-    converted, and ``template`` is never changed:
+    ``bfloat16`` template's ``bfloat16``) and placed on its leaves' shardings. The
+    template may be abstract (``jax.eval_shape(model.init, key, shape)``), so no
+    weights need initializing just to be overwritten. Every check runs before anything
+    is converted, and ``template`` is never changed:
 
     - ``strict=True``: names in the template but not in ``flat`` (missing) and names in
       ``flat`` but not in the template (unexpected) raise one ``KeyError`` naming all.
@@ -314,8 +319,9 @@ def save(
 ) -> Path:
     """Write ``params`` and ``state`` to a safetensors checkpoint that PyTorch loads.
 
-    Both trees are merged under their dotted torch names (``merge``), so ``torch_model.load_state_dict(safetensors.torch.load_file(path))`` accepts the
-    file unchanged. Dtypes are kept (``bfloat16`` included), except that integer
+    Both trees are merged under their dotted torch names (``merge``), so
+    ``torch_model.load_state_dict(safetensors.torch.load_file(path))`` accepts the file
+    unchanged. Dtypes are kept (``bfloat16`` included), except that integer
     ``num_batches_tracked`` counters are written as ``int64``, as torch stores them.
 
     Saving is atomic: each file is written under a temporary name in the same folder,

@@ -411,6 +411,16 @@ def test_loading_casts_to_the_template_dtypes(tmp_path):
     assert int(out["n"]) == 12
 
 
+def test_an_abstract_template_loads_without_initializing_weights(mlp_file):
+    path, params = mlp_file
+    model = _mlp()
+    abstract = jax.eval_shape(lambda k: model.init(k, (2, 4)), jax.random.key(0))
+    loaded = load_into(path, abstract)
+    for name, value in flatten(params).items():
+        assert isinstance(flatten(loaded)[name], jax.Array)
+        np.testing.assert_array_equal(flatten(loaded)[name], value)
+
+
 # -- sharded checkpoints ----------------------------------------------------------------
 
 
