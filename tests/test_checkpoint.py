@@ -810,3 +810,20 @@ def test_embedding_and_transformer_block_stack_both_ways(torch, tmp_path):
         "1.attn.out.bias",
         "1.ln2.weight",
     ]
+
+
+def test_summary_marks_buffers_and_orders_them_as_torch_does(torch):
+    model = L.Sequential(L.Linear(4), L.BatchNorm1d(), L.Linear(2))
+    params = jax.jit(lambda p: p)(model.init(jax.random.key(0), (3, 5)))
+    state = jax.jit(lambda s: s)(model.init_state((3, 5)))
+    table = summary(model, params, state).splitlines()
+    rows = [line.split() for line in table[2:-2]]
+    reference = torch.nn.Sequential(
+        torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)
+    )
+    assert [r[0] for r in rows] == list(reference.state_dict())
+    kinds = {r[0]: r[-1] for r in rows}
+    assert kinds["1.weight"] == "trainable"
+    assert kinds["1.running_var"] == kinds["1.num_batches_tracked"] == "buffer"
+    # 20 + 4 + 4 + 4 + 8 + 2 trainable; 4 + 4 + 1 buffer values; 4 bytes each
+    assert table[-1] == "total: 42 trainable parameters, 9 buffer values in 9 arrays (204 B)"
