@@ -11,6 +11,7 @@ from purelayers.layers import dropout as _dropout
 from purelayers.layers import embedding as _embedding
 from purelayers.layers import linear as _linear
 from purelayers.layers import norm as _norm
+from purelayers.layers import pool as _pool
 from purelayers.layers import recurrent as _recurrent
 from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import (
@@ -71,6 +72,16 @@ from purelayers.layers.norm import (
     LayerNorm,
     RMSNorm,
 )
+from purelayers.layers.pool import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+)
 from purelayers.layers.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
@@ -84,4 +95,5 @@ __all__ = [
     *_recurrent.__all__,
     *_conv.__all__,
     *_attention.__all__,
+    *_pool.__all__,
 ]

@@ -1,0 +1,370 @@
+r"""Pooling over the spatial axes of channels-first inputs: ``MaxPool1d/2d``,
+``AvgPool1d/2d``, ``AdaptiveAvgPool1d/2d`` and ``AdaptiveMaxPool1d/2d``.
+
+Fixed-window pools run on ``lax.reduce_window``; the variants only fix the number of
+spatial axes. None has parameters. Input ``(N, C, *L)`` or unbatched ``(C, *L)``.
+
+Window pools (``MaxPoolNd``, ``AvgPoolNd``), as torch:
+
+Args:
+  kernel_size: window size, an int or one int per spatial axis.
+  stride: window step; ``None`` (the default) means ``kernel_size``.
+  padding: implicit padding on both sides, at most ``kernel_size // 2`` per axis (as
+    torch). ``MaxPool`` pads with ``-inf``, ``AvgPool`` with zeros. Default ``0``.
+  dilation (``MaxPool`` only): spacing between window taps. Default ``1``.
+  ceil_mode: round the output size up instead of down, adding windows that hang over
+    the high edge; as in torch, a window that would start inside the right padding
+    (at or past the last input element) is dropped. Default ``False``.
+  count_include_pad (``AvgPool`` only): count the explicit ``padding`` in the divisor.
+    The part of a ``ceil_mode`` window that hangs past the padding is never counted
+    (torch's rule). Default ``True``.
+
+Per spatial axis the output size is ``floor_or_ceil((L + 2 * padding - dilation *
+(kernel_size - 1) - 1) / stride) + 1``, minus one when ``ceil_mode``'s last window would
+start at or past ``L + padding``.
+
+Gradients match torch: ``MaxPool`` sends each output's gradient to the one element it
+selected (``select_and_scatter_add``); among equal maxima in a window that is the first
+in row-major order, as torch's CPU kernel. ``AvgPool`` spreads it evenly over the
+window's counted elements.
+
+Adaptive pools (``AdaptiveAvgPoolNd``, ``AdaptiveMaxPoolNd``) take ``output_size`` (an
+int, or one int or ``None`` per spatial axis, ``None`` keeping that axis) and reduce
+output cell ``i`` of an axis of length ``L`` over ``[floor(i * L / out),
+ceil((i + 1) * L / out))``, torch's windows, for any sizes (not only divisors). Both are
+separable, so each axis is pooled in turn with one gather; the max keeps the first
+maximum in row-major order for its gradient, as torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from purelayers.layers._checks import LayerError
+from purelayers.layers._spatial import batched, is_int, ntuple, unbatched
+from purelayers.layers.core import Layer, Params
+
+__all__ = [
+    "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d",
+    "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "MaxPool1d",
+    "MaxPool2d",
+]
+
+
+def _lowest(dtype: Any) -> Any:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf
+    return jnp.iinfo(dtype).min
+
+
+def _output_size(layer: str, n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    """torch's ``pooling_output_shape``: ceil mode never starts a window past ``n + p``."""
+    out = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= n + p:
+        out -= 1
+    if out < 1:
+        raise LayerError(
+            layer,
+            "output size per spatial axis",
+            ">= 1",
+            out,
+            f"an input axis of length {n} is too short for kernel_size={k} "
+            f"(dilation {d}, padding {p})",
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _PoolNd(Layer):
+    """Shared configuration and windowing of ``MaxPoolNd`` and ``AvgPoolNd``."""
+
+    _nd: ClassVar[int] = 2
+    _own_order: ClassVar[tuple[str, ...]] = ()
+
+    kernel_size: int | tuple[int, ...]
+    stride: int | tuple[int, ...] | None = None
+    padding: int | tuple[int, ...] = 0
+    _: dataclasses.KW_ONLY
+    ceil_mode: bool = False
+
+    def __post_init__(self):
+        name, nd = type(self).__name__, self._nd
+        k = ntuple(name, "kernel_size", self.kernel_size, nd, minimum=1)
+        object.__setattr__(self, "kernel_size", k)
+        stride = k if self.stride is None else self.stride
+        object.__setattr__(self, "stride", ntuple(name, "stride", stride, nd, minimum=1))
+        p = ntuple(name, "padding", self.padding, nd, minimum=0)
+        object.__setattr__(self, "padding", p)
+        if hasattr(self, "dilation"):
+            d = ntuple(name, "dilation", self.dilation, nd, minimum=1)
+            object.__setattr__(self, "dilation", d)
+        if any(p_ > k_ // 2 for p_, k_ in zip(p, k, strict=True)):
+            half = tuple(k_ // 2 for k_ in k)
+            raise ValueError(
+                f"{name}: padding must be at most half of kernel_size (kernel_size // 2 = "
+                f"{half}), got {self.padding}"
+            )
+        for flag in ("ceil_mode", "count_include_pad"):
+            value = getattr(self, flag, False)
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}: {flag} must be True or False, got {value!r}")
+
+    @property
+    def _dilation(self) -> tuple[int, ...]:
+        return getattr(self, "dilation", (1,) * self._nd)
+
+    def _windows(self, x: jax.Array) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """Output sizes and the ``(low, high)`` pads (the high one may crop) giving them."""
+        name, nd = type(self).__name__, self._nd
+        outs, pads = [], []
+        for n, k, s, p, d in zip(
+            x.shape[-nd:], self.kernel_size, self.stride, self.padding, self._dilation, strict=True
+        ):
+            out = _output_size(name, n, k, s, p, d, self.ceil_mode)
+            outs.append(out)
+            pads.append((p, (out - 1) * s + d * (k - 1) + 1 - n - p))
+        return tuple(outs), tuple(pads)
+
+    def _reduce(self, x: jax.Array, pads, init: Any, op: Any) -> jax.Array:
+        lead = x.ndim - self._nd
+        x = lax.pad(
+            x, jnp.asarray(init, x.dtype), [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads]
+        )
+        if op is lax.max and any(d > 1 for d in self._dilation):
+            return _max_of_taps(x, self.kernel_size, self.stride, self._dilation)
+        return lax.reduce_window(
+            x,
+            init,
+            op,
+            window_dimensions=(1,) * lead + self.kernel_size,
+            window_strides=(1,) * lead + self.stride,
+            padding="VALID",
+            window_dilation=(1,) * lead + self._dilation,
+        )
+
+
+def _max_of_taps(x: jax.Array, kernel, stride, dilation) -> jax.Array:
+    """Dilated max pooling of exactly padded ``x``, one strided slice per kernel tap.
+
+    JAX has no gradient for a dilated ``reduce_window`` max; stacking the taps (a static,
+    small number) in row-major order and taking the first ``argmax`` sends the gradient
+    to the same element as torch.
+    """
+    nd = len(kernel)
+    lead = x.ndim - nd
+    outs = [
+        (n - d * (k - 1) - 1) // s + 1
+        for n, k, s, d in zip(x.shape[lead:], kernel, stride, dilation, strict=True)
+    ]
+    taps = []
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        start = [o * d for o, d in zip(offsets, dilation, strict=True)]
+        limit = [b + (o - 1) * s + 1 for b, o, s in zip(start, outs, stride, strict=True)]
+        taps.append(
+            lax.slice(
+                x, (0,) * lead + tuple(start), x.shape[:lead] + tuple(limit), (1,) * lead + stride
+            )
+        )
+    stacked = jnp.stack(taps, axis=-1)
+    first = jnp.argmax(stacked, axis=-1, keepdims=True)
+    return jnp.take_along_axis(stacked, first, axis=-1)[..., 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaxPoolNd(_PoolNd):
+    dilation: int | tuple[int, ...] = dataclasses.field(default=1, kw_only=True)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        x, added = batched(type(self).__name__, x, self._nd)
+        _, pads = self._windows(x)
+        return unbatched(self._reduce(x, pads, _lowest(x.dtype), lax.max), added)
+
+
+@dataclasses.dataclass(frozen=True)
+class _AvgPoolNd(_PoolNd):
+    count_include_pad: bool = dataclasses.field(default=True, kw_only=True)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        x, added = batched(type(self).__name__, x, self._nd)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            x = x.astype(jnp.result_type(float))
+        outs, pads = self._windows(x)
+        total = self._reduce(x, pads, 0.0, lax.add)
+        divisor = np.ones((), np.float64)
+        for n, k, s, p, out in zip(
+            x.shape[2:], self.kernel_size, self.stride, self.padding, outs, strict=True
+        ):
+            divisor = np.multiply.outer(divisor, self._counts(n, k, s, p, out))
+        divisor = jnp.asarray(divisor.reshape((1, 1, *outs)), x.dtype)
+        return unbatched(total / divisor, added)
+
+    def _counts(self, n: int, k: int, s: int, p: int, out: int) -> np.ndarray:
+        """Per-window divisor along one axis, as torch: the window clipped to ``n + p``,
+        then (without ``count_include_pad``) to the input itself."""
+        starts = np.arange(out) * s - p
+        ends = np.minimum(starts + k, n + p)
+        if self.count_include_pad:
+            return ends - starts
+        return np.minimum(ends, n) - np.maximum(starts, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxPool1d(_MaxPoolNd):
+    """Max over windows of sequences ``(N, C, L)``. Matches ``torch.nn.MaxPool1d``.
+
+    Arguments, output size and gradient: see the module docstring
+    (``purelayers.layers.pool``). ``MaxPool1d(2)`` on ``[[[1, 3, 2, 5, 4]]]`` gives
+    ``[[[3, 5]]]`` (the trailing 4 falls outside every window); with ``ceil_mode=True``,
+    ``[[[3, 5, 4]]]``.
+    """
+
+    _nd: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxPool2d(_MaxPoolNd):
+    """Max over windows of images ``(N, C, H, W)``. Matches ``torch.nn.MaxPool2d``.
+
+    Arguments, output size and gradient: see the module docstring
+    (``purelayers.layers.pool``). ``MaxPool2d(2)`` halves ``H`` and ``W`` (rounding down).
+    """
+
+    _nd: ClassVar[int] = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class AvgPool1d(_AvgPoolNd):
+    """Mean over windows of sequences ``(N, C, L)``. Matches ``torch.nn.AvgPool1d``.
+
+    Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
+    ``AvgPool1d(3, stride=2, padding=1)`` on ``[[[1, 2, 3, 4]]]`` averages the windows
+    ``[0, 1, 2]`` and ``[2, 3, 4]`` (the zeros are padding): ``[[[1, 3]]]``. With
+    ``ceil_mode=True`` a third window ``[4, 0]`` starts at the last element and stops at
+    the end of the padding, so its divisor is 2: ``[[[1, 3, 2]]]``.
+    """
+
+    _nd: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AvgPool2d(_AvgPoolNd):
+    """Mean over windows of images ``(N, C, H, W)``. Matches ``torch.nn.AvgPool2d``
+    (without ``divisor_override``).
+
+    Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
+    """
+
+    _nd: ClassVar[int] = 2
+
+
+def _adaptive_windows(n: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gather indices ``[out, width]`` of torch's adaptive windows along an axis of
+    length ``n``, and which of them are real (windows may differ in width)."""
+    i = np.arange(out)
+    starts = (i * n) // out
+    ends = -((-(i + 1) * n) // out)
+    width = int((ends - starts).max())
+    idx = starts[:, None] + np.arange(width)[None, :]
+    valid = idx < ends[:, None]
+    return np.minimum(idx, n - 1), valid
+
+
+def _adaptive_axis(x: jax.Array, axis: int, out: int, mode: str) -> jax.Array:
+    n = x.shape[axis]
+    if n == out:
+        return x
+    idx, valid = _adaptive_windows(n, out)
+    width = idx.shape[1]
+    g = jnp.take(x, jnp.asarray(idx.reshape(-1)), axis=axis)
+    g = g.reshape((*x.shape[:axis], out, width, *x.shape[axis + 1 :]))
+    tail = (1,) * (x.ndim - axis - 1)
+    mask = jnp.asarray(valid.reshape((1,) * axis + (out, width) + tail))
+    if mode == "avg":
+        counts = valid.sum(axis=1).reshape((1,) * axis + (out,) + tail)
+        return jnp.sum(jnp.where(mask, g, 0), axis=axis + 1) / jnp.asarray(counts, x.dtype)
+    g = jnp.where(mask, g, jnp.asarray(_lowest(x.dtype), x.dtype))
+    # argmax picks the first maximum, so the gradient goes where torch sends it (not split
+    # among ties as a max reduction's would be).
+    first = jnp.argmax(g, axis=axis + 1, keepdims=True)
+    return jnp.squeeze(jnp.take_along_axis(g, first, axis=axis + 1), axis=axis + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _AdaptivePoolNd(Layer):
+    _nd: ClassVar[int] = 2
+    _mode: ClassVar[str] = "avg"
+    _own_order: ClassVar[tuple[str, ...]] = ()
+
+    output_size: int | tuple[int | None, ...] | None
+
+    def __post_init__(self):
+        name, nd = type(self).__name__, self._nd
+        size = (
+            (self.output_size,) * nd
+            if not isinstance(self.output_size, Sequence)
+            else self.output_size
+        )
+        ok = len(size) == nd and all(s is None or (is_int(s) and s >= 1) for s in size)
+        if not ok:
+            raise ValueError(
+                f"{name}: output_size must be a positive integer or a tuple of {nd} positive "
+                f"integers or None, got {self.output_size!r}"
+            )
+        object.__setattr__(self, "output_size", tuple(size))
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        x, added = batched(type(self).__name__, x, self._nd)
+        if self._mode == "avg" and not jnp.issubdtype(x.dtype, jnp.floating):
+            x = x.astype(jnp.result_type(float))
+        for axis in reversed(range(2, x.ndim)):
+            out = self.output_size[axis - 2]
+            x = _adaptive_axis(x, axis, x.shape[axis] if out is None else out, self._mode)
+        return unbatched(x, added)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveAvgPool1d(_AdaptivePoolNd):
+    """Mean over ``output_size`` adaptive windows of ``(N, C, L)``. Matches
+    ``torch.nn.AdaptiveAvgPool1d``. Windows: see the module docstring."""
+
+    _nd: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveAvgPool2d(_AdaptivePoolNd):
+    """Mean over adaptive windows of ``(N, C, H, W)`` to ``output_size``. Matches
+    ``torch.nn.AdaptiveAvgPool2d``; ``AdaptiveAvgPool2d(1)`` is global average pooling,
+    ``(N, C, H, W)`` to ``(N, C, 1, 1)``. Windows: see the module docstring."""
+
+    _nd: ClassVar[int] = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveMaxPool1d(_AdaptivePoolNd):
+    """Max over ``output_size`` adaptive windows of ``(N, C, L)``. Matches
+    ``torch.nn.AdaptiveMaxPool1d`` (without ``return_indices``)."""
+
+    _nd: ClassVar[int] = 1
+    _mode: ClassVar[str] = "max"
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveMaxPool2d(_AdaptivePoolNd):
+    """Max over adaptive windows of ``(N, C, H, W)`` to ``output_size``. Matches
+    ``torch.nn.AdaptiveMaxPool2d`` (without ``return_indices``)."""
+
+    _nd: ClassVar[int] = 2
+    _mode: ClassVar[str] = "max"

@@ -1,0 +1,235 @@
+"""Pooling: worked examples, torch parity (outputs and input gradients, ties included),
+property tests over windows, gradcheck and error messages."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from purelayers.layers import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveMaxPool1d,
+    AdaptiveMaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    LayerError,
+    MaxPool1d,
+    MaxPool2d,
+    Sequential,
+)
+from purelayers.testing import gradcheck
+from tests.parity import check_parity
+
+
+def torch_twin(torch, layer):
+    kwargs = {f.name: getattr(layer, f.name) for f in dataclasses.fields(layer) if f.name != "_"}
+    return getattr(torch.nn, type(layer).__name__)(**kwargs)
+
+
+def assert_parity(torch, layer, shape, *, ties=False, seed=0):
+    """Outputs and input gradients equal torch's within 1e-4 relative. With ``ties`` the
+    input holds few distinct values, so windows have several equal maxima."""
+    rng = np.random.default_rng(seed)
+    if ties:
+        x = rng.integers(0, 3, shape).astype(np.float32)
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
+    fn = jax.jit(lambda p, x: layer.apply(p, x))
+    check_parity(torch, torch_twin(torch, layer), fn, {}, [x], rtol=1e-4, atol=1e-5)
+
+
+def test_worked_examples():
+    """MaxPool1d(2) on [1, 3, 2, 5, 4]: windows [1, 3], [2, 5]; the 4 is left over, and
+    ceil_mode adds the window [4]. AvgPool1d(3, 2, padding=1) on [1, 2, 3, 4]: windows
+    [0, 1, 2], [2, 3, 4] -> 1, 3; ceil_mode adds [4, 0] (it ends at L + padding, so it
+    is divided by 2) -> 2; without count_include_pad the first window counts 2 elements
+    -> 1.5 and the last 1 -> 4. AdaptiveAvgPool1d(3) on 0..4: windows [0, 2), [1, 4),
+    [3, 5) -> 0.5, 2, 3.5."""
+    x = jnp.array([[[1.0, 3, 2, 5, 4]]])
+    np.testing.assert_array_equal(MaxPool1d(2).apply({}, x), [[[3, 5]]])
+    np.testing.assert_array_equal(MaxPool1d(2, ceil_mode=True).apply({}, x), [[[3, 5, 4]]])
+    x = jnp.array([[[1.0, 2, 3, 4]]])
+    np.testing.assert_allclose(AvgPool1d(3, 2, 1).apply({}, x), [[[1, 3]]])
+    np.testing.assert_allclose(AvgPool1d(3, 2, 1, ceil_mode=True).apply({}, x), [[[1, 3, 2]]])
+    no_pad = AvgPool1d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+    np.testing.assert_allclose(no_pad.apply({}, x), [[[1.5, 3, 4]]])
+    x = jnp.arange(5.0).reshape(1, 1, 5)
+    np.testing.assert_allclose(AdaptiveAvgPool1d(3).apply({}, x), [[[0.5, 2, 3.5]]])
+
+
+POOL_CASES = [
+    (MaxPool1d(3), (2, 3, 10)),
+    (MaxPool1d(3, 2, 1, ceil_mode=True), (2, 3, 10)),
+    (MaxPool1d(2, padding=1, dilation=2), (2, 2, 9)),
+    (MaxPool2d(2), (2, 3, 7, 6)),
+    (MaxPool2d(3, 2, 1, ceil_mode=True), (2, 3, 8, 7)),
+    (MaxPool2d((3, 2), (2, 1), (1, 0), dilation=(2, 1), ceil_mode=True), (2, 2, 9, 6)),
+    (AvgPool1d(3, 2, 1, ceil_mode=True), (2, 3, 10)),
+    (AvgPool1d(4, 3, 2, count_include_pad=False, ceil_mode=True), (2, 3, 9)),
+    (AvgPool2d(2), (2, 3, 7, 6)),
+    (AvgPool2d(3, 2, 1, ceil_mode=True), (2, 3, 8, 7)),
+    (AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False), (2, 3, 8, 7)),
+    (AvgPool2d((3, 2), (1, 2), 1), (2, 2, 6, 7)),
+    (AdaptiveAvgPool1d(3), (2, 3, 7)),
+    (AdaptiveAvgPool2d((3, None)), (2, 3, 7, 5)),
+    (AdaptiveAvgPool2d(1), (2, 3, 5, 6)),
+    (AdaptiveAvgPool2d((2, 4)), (2, 3, 6, 8)),
+    (AdaptiveMaxPool1d(4), (2, 3, 10)),
+    (AdaptiveMaxPool2d((3, 2)), (2, 3, 7, 5)),
+    (MaxPool2d(2), (3, 6, 5)),
+    (AvgPool1d(2, padding=1), (3, 5)),
+    (AdaptiveAvgPool2d(2), (3, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("layer, shape", POOL_CASES, ids=repr)
+def test_pool_parity(torch, layer, shape):
+    assert_parity(torch, layer, shape)
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (MaxPool2d(3, 1, 1), (2, 2, 6, 6)),
+        (MaxPool2d(2, 2, dilation=2, ceil_mode=True), (2, 2, 7, 6)),
+        (MaxPool1d(4, 1, 2), (2, 2, 9)),
+        (AdaptiveMaxPool2d((3, 2)), (2, 2, 7, 5)),
+    ],
+    ids=repr,
+)
+def test_max_gradient_ties_match_torch(torch, layer, shape):
+    """Among equal maxima the gradient goes to the first in row-major order, as torch's
+    CPU kernels; it is not split between them."""
+    assert_parity(torch, layer, shape, ties=True)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    ceil_mode=st.booleans(),
+    extra=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+    data=st.data(),
+)
+def test_max_pool2d_parity_property(torch, k, stride, dilation, ceil_mode, extra, data):
+    padding = tuple(data.draw(st.integers(0, k_ // 2)) for k_ in k)
+    layer = MaxPool2d(k, stride, padding, dilation=dilation, ceil_mode=ceil_mode)
+    spatial = tuple(d * (k_ - 1) + 1 + e for d, k_, e in zip(dilation, k, extra, strict=True))
+    assert_parity(torch, layer, (1, 2, *spatial))
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    ceil_mode=st.booleans(),
+    count_include_pad=st.booleans(),
+    extra=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+    data=st.data(),
+)
+def test_avg_pool2d_parity_property(torch, k, stride, ceil_mode, count_include_pad, extra, data):
+    padding = tuple(data.draw(st.integers(0, k_ // 2)) for k_ in k)
+    layer = AvgPool2d(k, stride, padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    spatial = tuple(k_ + e for k_, e in zip(k, extra, strict=True))
+    assert_parity(torch, layer, (1, 2, *spatial))
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    size=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+    out=st.tuples(st.integers(1, 5) | st.none(), st.integers(1, 5)),
+    use_max=st.booleans(),
+)
+def test_adaptive_pool2d_parity_property(torch, size, out, use_max):
+    layer = (AdaptiveMaxPool2d if use_max else AdaptiveAvgPool2d)(out)
+    assert_parity(torch, layer, (1, 2, *size))
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        MaxPool2d(3, 2, 1, ceil_mode=True),
+        MaxPool1d(2, dilation=2),
+        AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+        AdaptiveAvgPool2d((2, 3)),
+        AdaptiveMaxPool1d(2),
+    ],
+    ids=repr,
+)
+def test_gradcheck(layer):
+    """Distinct values (a permutation) keep every max away from a tie under +-eps."""
+    shape = (1, 1, 5) if layer._nd == 1 else (1, 1, 5, 4)
+    size = int(np.prod(shape))
+    x = jnp.asarray(np.random.default_rng(0).permutation(size), jnp.float32).reshape(shape)
+    assert gradcheck(lambda x: layer.apply({}, x), x)
+
+
+def test_integer_input_keeps_dtype_for_max():
+    x = jnp.arange(16, dtype=jnp.int32).reshape(1, 1, 4, 4)
+    y = MaxPool2d(2, padding=1).apply({}, x)
+    assert y.dtype == jnp.int32
+    np.testing.assert_array_equal(y[0, 0], [[0, 2, 3], [8, 10, 11], [12, 14, 15]])
+
+
+def test_layers_are_hashable_and_stride_defaults_to_kernel():
+    assert MaxPool2d(2) == MaxPool2d(2, 2) == MaxPool2d((2, 2), stride=[2, 2])
+    assert hash(AvgPool2d(3)) == hash(AvgPool2d((3, 3), (3, 3)))
+    assert MaxPool1d(2) != MaxPool2d(2)
+    assert AdaptiveAvgPool2d(3).output_size == (3, 3)
+    y = jax.jit(MaxPool2d(2).apply)({}, jnp.ones((1, 1, 4, 4)))
+    assert y.shape == (1, 1, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: MaxPool2d(0), r"MaxPool2d: kernel_size must be a positive integer or a tuple"),
+        (lambda: MaxPool2d(2, 0), r"MaxPool2d: stride must be a positive integer .*got 0"),
+        (lambda: AvgPool1d(2, padding=-1), r"AvgPool1d: padding must be an integer >= 0"),
+        (
+            lambda: MaxPool2d(3, padding=2),
+            r"MaxPool2d: padding must be at most half of kernel_size \(kernel_size // 2 = "
+            r"\(1, 1\)\), got \(2, 2\)",
+        ),
+        (lambda: AvgPool2d((4, 2), padding=(2, 2)), r"padding must be at most half"),
+        (lambda: MaxPool1d(2, dilation=0), r"MaxPool1d: dilation must be a positive integer"),
+        (lambda: MaxPool1d(2, ceil_mode=1), r"MaxPool1d: ceil_mode must be True or False, got 1"),
+        (
+            lambda: AvgPool2d(2, count_include_pad="yes"),
+            r"count_include_pad must be True or False, got 'yes'",
+        ),
+        (
+            lambda: AdaptiveAvgPool2d((2, 0)),
+            r"AdaptiveAvgPool2d: output_size must be a positive integer or a tuple of 2",
+        ),
+        (lambda: AdaptiveMaxPool1d((2, 2)), r"AdaptiveMaxPool1d: output_size must be"),
+    ],
+)
+def test_config_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_dilation_is_max_pool_only():
+    with pytest.raises(TypeError):
+        AvgPool2d(2, dilation=2)
+
+
+def test_shape_errors():
+    with pytest.raises(LayerError, match=r"MaxPool2d: input rank expected 4 \(N, C, H, W\) or 3"):
+        MaxPool2d(2).apply({}, jnp.ones((4, 4)))
+    with pytest.raises(
+        LayerError, match=r"AvgPool1d: output size per spatial axis expected >= 1, got 0"
+    ):
+        AvgPool1d(4).apply({}, jnp.ones((1, 1, 3)))
+    model = Sequential(MaxPool2d(2), MaxPool2d(3))
+    with pytest.raises(LayerError, match=r"Sequential\[1\] MaxPool2d: output size"):
+        model.apply({}, jnp.ones((1, 1, 4, 4)))
