@@ -11,11 +11,9 @@ from purelayers.params import flatten, unflatten
 from purelayers.testing import assert_tree_allclose, gradcheck
 from tests.parity import check_parity, load_from_torch
 
-RNG = np.random.default_rng(0)
 
-
-def _x(*shape, shift=0.0):
-    return (RNG.standard_normal(shape) + shift).astype(np.float32)
+def _x(*shape, shift=0.0, seed=0):
+    return (np.random.default_rng(seed).standard_normal(shape) + shift).astype(np.float32)
 
 
 def _randomize(params, seed=1):
@@ -116,9 +114,8 @@ def test_layers_are_hashable_and_compare_by_configuration():
     "kwargs, torch_kwargs, shape",
     [
         ({}, {}, (4, 5, 8)),
-        ({"eps": 1e-3}, {"eps": 1e-3}, (3, 6)),
+        ({"eps": 1e-3, "bias": False}, {"eps": 1e-3, "bias": False}, (3, 7)),
         ({"normalized_ndim": 2}, {}, (2, 3, 4, 5)),
-        ({"bias": False}, {"bias": False}, (3, 7)),
         ({"elementwise_affine": False}, {"elementwise_affine": False}, (3, 7)),
     ],
 )
@@ -134,8 +131,7 @@ def test_layer_norm_torch_parity(torch, kwargs, torch_kwargs, shape):
     "kwargs, torch_kwargs, shape",
     [
         ({}, {}, (4, 5, 8)),
-        ({"eps": 1e-5}, {"eps": 1e-5}, (3, 6)),
-        ({"normalized_ndim": 2}, {}, (2, 3, 4, 5)),
+        ({"eps": 1e-5, "normalized_ndim": 2}, {"eps": 1e-5}, (2, 3, 4, 5)),
         ({"elementwise_affine": False}, {"elementwise_affine": False}, (3, 7)),
     ],
 )
@@ -163,8 +159,8 @@ def test_layer_norm_large_mean_stays_accurate():
 
 @pytest.mark.parametrize(
     "layer",
-    [L.LayerNorm(), L.LayerNorm(normalized_ndim=2), L.RMSNorm(), L.RMSNorm(eps=1e-5)],
-    ids=["ln", "ln2d", "rms", "rms-eps"],
+    [L.LayerNorm(normalized_ndim=2), L.RMSNorm()],
+    ids=["LayerNorm", "RMSNorm"],
 )
 def test_gradcheck(layer):
     x = jnp.asarray(_x(2, 3, 4))
@@ -176,9 +172,15 @@ def test_gradcheck(layer):
 
 
 @pytest.mark.parametrize(
-    "layer", [L.LayerNorm(), L.RMSNorm(), L.LayerNorm(normalized_ndim=2)], ids=repr
+    "layer, dtype",
+    [
+        (L.LayerNorm(), jnp.bfloat16),
+        (L.LayerNorm(normalized_ndim=2), jnp.bfloat16),
+        (L.RMSNorm(), jnp.bfloat16),
+        (L.LayerNorm(), jnp.float16),
+    ],
+    ids=["LayerNorm-bf16", "LayerNorm2d-bf16", "RMSNorm-bf16", "LayerNorm-f16"],
 )
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_low_precision_returns_input_dtype_close_to_float32(layer, dtype):
     x = jnp.asarray(_x(4, 3, 16, shift=1.0))
     params = _randomize(layer.init(jax.random.key(0), x.shape))
@@ -187,16 +189,6 @@ def test_low_precision_returns_input_dtype_close_to_float32(layer, dtype):
     assert y.dtype == dtype
     tol = 3e-2 if dtype == jnp.bfloat16 else 5e-3
     np.testing.assert_allclose(np.asarray(y, np.float32), y32, rtol=tol, atol=tol)
-
-
-@pytest.mark.parametrize("layer", [L.LayerNorm(), L.RMSNorm()], ids=repr)
-def test_jit_and_vmap_equal_eager(layer):
-    x = jnp.asarray(_x(3, 5, 8))
-    params = _randomize(layer.init(jax.random.key(0), x.shape))
-    eager = layer.apply(params, x)
-    np.testing.assert_allclose(jax.jit(layer.apply)(params, x), eager, rtol=1e-6, atol=1e-6)
-    vmapped = jax.vmap(layer.apply, in_axes=(None, 0))(params, x)
-    np.testing.assert_allclose(vmapped, eager, rtol=1e-6, atol=1e-6)
 
 
 # -- errors --------------------------------------------------------------------------
@@ -262,7 +254,7 @@ def test_group_norm_worked_example():
 
 @pytest.mark.parametrize(
     "groups, shape, affine",
-    [(3, (2, 6, 4, 4), True), (1, (2, 6, 5), True), (6, (2, 6, 3, 3), True), (2, (3, 4), False)],
+    [(3, (2, 6, 4, 4), True), (6, (2, 6, 3, 3), True), (1, (3, 4, 5), False)],
 )
 def test_group_norm_torch_parity(torch, groups, shape, affine):
     gn = L.GroupNorm(groups, affine=affine)
@@ -337,8 +329,13 @@ def test_batch_norm_names_and_order_match_torch_state_dict(torch, cls, torch_nam
 
 @pytest.mark.parametrize(
     "cls, torch_name, shape, momentum",
-    [(*case, 0.1) for case in BATCH_NORMS]
-    + [(L.BatchNorm1d, "BatchNorm1d", (8, 4), None), (L.BatchNorm1d, "BatchNorm1d", (8, 4), 0.5)],
+    [
+        (L.BatchNorm1d, "BatchNorm1d", (8, 4), 0.1),
+        (L.BatchNorm1d, "BatchNorm1d", (8, 4), None),
+        (L.BatchNorm1d, "BatchNorm1d", (4, 3, 5), 0.5),
+        (L.BatchNorm2d, "BatchNorm2d", (4, 3, 5, 5), 0.1),
+        (L.BatchNorm3d, "BatchNorm3d", (2, 3, 3, 3, 3), 0.1),
+    ],
 )
 def test_batch_norm_three_train_steps_then_eval_match_torch(
     torch, cls, torch_name, shape, momentum
@@ -351,7 +348,7 @@ def test_batch_norm_three_train_steps_then_eval_match_torch(
     state = bn.init_state(shape)
     step = jax.jit(lambda p, x, s: bn.apply(p, x, state=s, train=True))
     for i in range(3):
-        x = _x(*shape, shift=float(i))
+        x = _x(*shape, shift=float(i), seed=i)
         module.zero_grad()
         check_parity(
             torch,
@@ -367,7 +364,7 @@ def test_batch_norm_three_train_steps_then_eval_match_torch(
         assert int(state["num_batches_tracked"]) == i + 1
     module.eval()
     module.zero_grad()
-    x = _x(*shape, shift=0.5)
+    x = _x(*shape, shift=0.5, seed=3)
     check_parity(torch, module, lambda p, x: bn.apply(p, x, state=state)[0], params, [x], rtol=1e-4)
     _, same = bn.apply(params, jnp.asarray(x), state=state)
     assert_tree_allclose(same, state, rtol=0, atol=0)
@@ -436,7 +433,7 @@ def test_sequential_threads_batch_norm_state_under_jit(torch):
     assert list(flatten(model.ordered(merge(params, state)))) == list(tmodel.state_dict())
     fwd = jax.jit(model.apply, static_argnames="train")
     for i in range(2):
-        x = _x(*shape, shift=float(i))
+        x = _x(*shape, shift=float(i), seed=i)
         y, state = fwd(params, jnp.asarray(x), state=state, train=True)
         np.testing.assert_allclose(y, tmodel(torch.tensor(x)).detach(), rtol=1e-4, atol=1e-5)
         assert_tree_allclose(state, _buffers(torch, tmodel), rtol=1e-5, atol=1e-6)
@@ -456,7 +453,7 @@ def test_optax_loop_with_batch_norm_state():
     x = jnp.asarray(rng.standard_normal((64, 4)).astype(np.float32))
     labels = jnp.asarray((x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0.5))
     params, state = model.init(jax.random.key(0), x.shape), model.init_state(x.shape)
-    opt = optax.adam(1e-2)
+    opt = optax.sgd(0.1, momentum=0.9)
     opt_state = opt.init(params)
 
     def loss_fn(p, s):
@@ -494,8 +491,9 @@ def test_group_norm_gradcheck():
     assert gradcheck(gn.apply, _randomize(gn.init(jax.random.key(0), x.shape)), x)
 
 
-@pytest.mark.parametrize("train", [True, False])
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize(
+    "dtype, train", [(jnp.bfloat16, True), (jnp.bfloat16, False), (jnp.float16, True)]
+)
 def test_batch_and_group_norm_low_precision(train, dtype):
     x = jnp.asarray(_x(4, 4, 3, 3, shift=1.0))
     gn = L.GroupNorm(2)
