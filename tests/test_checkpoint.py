@@ -679,34 +679,22 @@ def _seeded(torch, build):
     return make
 
 
-def test_two_layer_bidirectional_lstm_both_ways(torch, tmp_path):
-    layer = L.LSTM(5, num_layers=2, bidirectional=True, batch_first=True)
-    make = _seeded(
-        torch, lambda: torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True, batch_first=True)
-    )
-    _round_trip(
-        torch,
-        tmp_path,
-        layer,
-        make,
-        (2, 3, 4),
-        _x(2, 3, 4),
-        apply=lambda p, s, x: layer.apply(p, x),
-    )
+_RECURRENT = {
+    "lstm-2-layer-bidirectional": (
+        lambda: L.LSTM(5, num_layers=2, bidirectional=True, batch_first=True),
+        lambda nn: nn.LSTM(4, 5, num_layers=2, bidirectional=True, batch_first=True),
+    ),
+    "gru": (lambda: L.GRU(6, batch_first=True), lambda nn: nn.GRU(4, 6, batch_first=True)),
+}
 
 
-def test_gru_both_ways(torch, tmp_path):
-    layer = L.GRU(6, batch_first=True)
-    make = _seeded(torch, lambda: torch.nn.GRU(4, 6, batch_first=True))
-    _round_trip(
-        torch,
-        tmp_path,
-        layer,
-        make,
-        (2, 3, 4),
-        _x(2, 3, 4),
-        apply=lambda p, s, x: layer.apply(p, x),
-    )
+@pytest.mark.parametrize("kind", list(_RECURRENT))
+def test_recurrent_layers_both_ways(torch, tmp_path, kind):
+    ours, theirs = _RECURRENT[kind]
+    layer = ours()
+    make = _seeded(torch, lambda: theirs(torch.nn))
+    x = _x(2, 3, 4)
+    _round_trip(torch, tmp_path, layer, make, x.shape, x, apply=lambda p, s, x: layer.apply(p, x))
 
 
 def test_cnn_with_batch_norm_state_and_pooling_both_ways(torch, tmp_path):
