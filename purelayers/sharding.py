@@ -213,7 +213,7 @@ def _validate(name: str, shape: tuple[int, ...], spec: Any, rule: str, mesh: Mes
             raise ValueError(
                 f"{where} splits axis {axis} (size {shape[axis]}) over {label} of size "
                 f"{size}, which does not divide {shape[axis]}\n"
-                f"  use a mesh whose {'/'.join(names)} size divides {shape[axis]}, or put an earlier "
+                f"  use a mesh where the size of {label} divides {shape[axis]}, or an earlier "
                 f"rule for {name!r} (P() replicates it)"
             )
     return spec
@@ -337,19 +337,25 @@ def fsdp(axis: str = "fsdp", *, min_size: int = 1024) -> list[Rule]:
     return [("*", spec)]
 
 
+def _at(pattern: str, name: str) -> str:
+    """The pattern for ``name`` inside the layer at ``pattern`` (``""``: the root)."""
+    return f"{pattern}.{name}" if pattern else name
+
+
 def column_parallel(pattern: str, axis: str = "model") -> list[Rule]:
     """A ``Linear`` whose outputs are split: ``weight`` rows and ``bias`` over ``axis``.
 
-    ``pattern`` names the layer (``"blocks.*.fc"``); its output stays split over
+    ``pattern`` names the layer (``"blocks.*.fc"``; ``""`` for a root ``Linear``,
+    and likewise in the other rule sets); its output stays split over
     ``axis``, so the next layer should be ``row_parallel``.
     """
-    return [(f"{pattern}.weight", P(axis, None)), (f"{pattern}.bias", P(axis))]
+    return [(_at(pattern, "weight"), P(axis, None)), (_at(pattern, "bias"), P(axis))]
 
 
 def row_parallel(pattern: str, axis: str = "model") -> list[Rule]:
     """A ``Linear`` whose inputs are split: ``weight`` columns over ``axis``, ``bias``
     replicated. XLA all-reduces its output (the partial sums) over ``axis``."""
-    return [(f"{pattern}.weight", P(None, axis)), (f"{pattern}.bias", P())]
+    return [(_at(pattern, "weight"), P(None, axis)), (_at(pattern, "bias"), P())]
 
 
 def linear_pair(column: str, row: str, axis: str = "model") -> list[Rule]:
@@ -369,7 +375,7 @@ def attention(pattern: str, axis: str = "model") -> list[Rule]:
     module docstring on the fused ``qkv`` rows: in torch's order the split is correct
     but not head-aligned; ``group_qkv`` gives the head-aligned order.
     """
-    return linear_pair(f"{pattern}.qkv", f"{pattern}.out", axis)
+    return linear_pair(_at(pattern, "qkv"), _at(pattern, "out"), axis)
 
 
 def transformer_block(pattern: str, axis: str = "model") -> list[Rule]:
@@ -377,9 +383,9 @@ def transformer_block(pattern: str, axis: str = "model") -> list[Rule]:
     (``"blocks.*"``): ``attn`` by heads, ``fc`` column-parallel, ``proj``
     row-parallel, the layer norms replicated."""
     return [
-        *attention(f"{pattern}.attn", axis),
-        *linear_pair(f"{pattern}.fc", f"{pattern}.proj", axis),
-        (f"{pattern}.ln*", P()),
+        *attention(_at(pattern, "attn"), axis),
+        *linear_pair(_at(pattern, "fc"), _at(pattern, "proj"), axis),
+        (_at(pattern, "ln*"), P()),
     ]
 
 

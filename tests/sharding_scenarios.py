@@ -1,0 +1,215 @@
+"""Sharded-training scenarios for tests/test_sharding.py, run as a script in a fresh
+process with 8 host devices (XLA_FLAGS must be set before JAX creates its backends).
+
+    python tests/sharding_scenarios.py OUT.json
+
+Writes one JSON object with a section per scenario; the test asserts on it.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from sharded_gpt import build_model, gpt_rules, make_train_step
+
+import purelayers as pl
+import purelayers.sharding as S
+
+VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH, STEPS = 16, 32, 1, 4, 8, 8, 10
+SHAPE = (BATCH, SEQ)
+MODEL = build_model(VOCAB, DIM, LAYERS, HEADS, SEQ)
+# SGD with momentum: Adam's g / sqrt(v) would amplify float32 rounding in near-zero
+# gradients, hiding what is compared (the sharded computation) behind the optimizer.
+OPT = optax.sgd(0.1, momentum=0.9)
+
+
+def batches():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, VOCAB, (STEPS, BATCH, SEQ + 1)).astype(np.int32)
+    return [(b[:, :-1], b[:, 1:]) for b in ids]
+
+
+def train(mesh, rules, batch_axes):
+    """Ten optimizer steps from the same initial params, compiled for ``mesh``."""
+    params = MODEL.init(jax.random.key(0), SHAPE)
+    param_sh = S.named_shardings(params, rules, mesh)
+    params = jax.device_put(params, param_sh)
+    opt_sh = S.optimizer_shardings(jax.eval_shape(OPT.init, params), param_sh)
+    opt_state = jax.jit(OPT.init, out_shardings=opt_sh)(params)
+    batch_sh = S.NamedSharding(mesh, S.P(batch_axes))
+    step = make_train_step(MODEL, OPT, param_sh, opt_sh, batch_sh)
+    compiled = None
+    losses = []
+    for x, y in batches():
+        x, y = jax.device_put(x, batch_sh), jax.device_put(y, batch_sh)
+        if compiled is None:
+            compiled = step.lower(params, opt_state, x, y).compile()
+        params, opt_state, loss = compiled(params, opt_state, x, y)
+        losses.append(float(loss))
+    hlo = compiled.as_text()
+    specs = {k: str(v.spec) for k, v in pl.params.flatten(param_sh).items()}
+    kept = all(
+        a.sharding == s
+        for a, s in zip(jax.tree.leaves(params), jax.tree.leaves(param_sh), strict=True)
+    )
+    return params, losses, hlo, specs, kept
+
+
+def collectives(hlo: str) -> list[list[str]]:
+    """``[op, result shape]`` of every collective in a compiled module."""
+    pattern = (
+        r"= (\S+) (all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(?:-start)?\("
+    )
+    return [[op, shape.split("{")[0]] for shape, op in re.findall(pattern, hlo)]
+
+
+def compare(ref, got):
+    ref_params, ref_losses = ref
+    params, losses = got
+    diffs = jax.tree.map(
+        lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b)))), ref_params, params
+    )
+    return {
+        "loss_diff": float(np.max(np.abs(np.array(ref_losses) - np.array(losses)))),
+        "param_diff": max(jax.tree.leaves(diffs)),
+        "losses": losses,
+    }
+
+
+def scenario_training(out):
+    one = S.make_mesh("data=1")
+    ref_params, ref_losses, _, _, _ = train(one, S.data_parallel(), "data")
+    out["reference_losses"] = ref_losses
+    setups = {
+        "data_parallel": (S.make_mesh("data=8"), S.data_parallel(), "data"),
+        "fsdp": (S.make_mesh("data=2,fsdp=4"), S.fsdp("fsdp", min_size=256), ("data", "fsdp")),
+        "tensor_parallel": (S.make_mesh("data=2,model=4"), gpt_rules("model"), "data"),
+    }
+    for name, (mesh, rules, axes) in setups.items():
+        params, losses, hlo, specs, kept = train(mesh, rules, axes)
+        out[name] = {
+            **compare((ref_params, ref_losses), (params, losses)),
+            "specs": specs,
+            "shardings_kept": kept,
+            "collectives": collectives(hlo),
+        }
+        if name == "tensor_parallel":
+            out[name]["weight_shapes"] = {
+                k: list(v.shape) for k, v in pl.params.flatten(params).items()
+            }
+            out["tp_params"] = params
+
+
+def scenario_init(out):
+    mesh = S.make_mesh("data=2,model=4")
+    with mock.patch.object(S.jax, "jit", wraps=jax.jit) as spy:
+        init, shardings = S.sharded_init_fn(MODEL, SHAPE, mesh, gpt_rules())
+    jit_kwargs = spy.call_args.kwargs
+    key = jax.random.key(0)
+    compiled = init.lower(key).compile()
+    hlo = compiled.as_text()
+    params = compiled(key)
+    want = pl.params.flatten(shardings)
+    flat = pl.params.flatten(params)
+    plain = pl.params.flatten(jax.jit(lambda k: MODEL.init(k, SHAPE))(key))
+    out["init"] = {
+        "jit_given_out_shardings": jit_kwargs.get("out_shardings") is shardings,
+        "shardings_equal": all(flat[k].sharding == want[k] for k in want),
+        "shard_shapes_local": all(
+            all(
+                s.data.shape == want[k].shard_shape(flat[k].shape)
+                for s in flat[k].addressable_shards
+            )
+            for k in want
+        ),
+        "sharded_names": sorted(k for k, s in want.items() if not s.is_fully_replicated),
+        "max_diff_unsharded_init": max(
+            float(np.max(np.abs(np.asarray(flat[k]) - np.asarray(plain[k])))) for k in plain
+        ),
+        "hlo_shapes": sorted(set(re.findall(r"f32\[[\d,]*\]", hlo))),
+        "full_shapes": {k: list(v.shape) for k, v in flat.items()},
+        "local_shapes": {k: list(want[k].shard_shape(v.shape)) for k, v in flat.items()},
+    }
+
+
+def scenario_checkpoint(out):
+    params = out.pop("tp_params")
+    param_sh = jax.tree.map(lambda a: a.sharding, params)
+    abstract = jax.eval_shape(lambda k: MODEL.init(k, SHAPE), jax.random.key(0))
+    fsdp_sh = S.named_shardings(abstract, S.fsdp("fsdp", min_size=256), S.make_mesh("fsdp=8"))
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        single = S.save(Path(tmp) / "model.safetensors", params)
+        folder = S.save(Path(tmp) / "sharded", params, max_shard_bytes=8192)
+        n_files = len(list((Path(tmp) / "sharded").glob("model-*.safetensors")))
+        for label, path, target in (
+            ("file_same_mesh", single, param_sh),
+            ("index_same_mesh", folder, param_sh),
+            ("index_other_mesh", folder, fsdp_sh),
+        ):
+            got = S.load_sharded(path, abstract, target)
+            result[label] = {
+                "values_equal": all(
+                    bool(jnp.array_equal(a, b))
+                    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got), strict=True)
+                ),
+                "shardings_equal": all(
+                    a.sharding == s
+                    for a, s in zip(jax.tree.leaves(got), jax.tree.leaves(target), strict=True)
+                ),
+            }
+        result["index_files"] = n_files
+        plain = pl.params.load(single)
+        result["plain_load_equal"] = all(
+            bool(jnp.array_equal(plain[k], v)) for k, v in pl.params.flatten(params).items()
+        )
+    out["checkpoint"] = result
+
+
+def scenario_grouped_qkv(out):
+    mesh = S.make_mesh("model=4")
+    heads, kv_heads, hd, embed = 8, 4, 2, 4
+    rows = (heads + 2 * kv_heads) * hd
+    w = jnp.arange(rows * embed, dtype=jnp.float32).reshape(rows, embed)
+    grouped = S.group_qkv(w, heads, kv_heads, groups=4)
+    placed = jax.device_put(grouped, S.NamedSharding(mesh, S.P("model", None)))
+    shards = {}
+    for s in placed.addressable_shards:
+        first_rows = np.asarray(s.data)[:, 0] // embed
+        shards[str(s.index[0].start // s.data.shape[0])] = first_rows.astype(int).tolist()
+    out["grouped_qkv"] = {
+        "rows_per_device": shards,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": hd,
+    }
+
+
+def main(path: str) -> None:
+    out: dict = {"devices": jax.device_count()}
+    scenario_training(out)
+    scenario_init(out)
+    scenario_checkpoint(out)
+    scenario_grouped_qkv(out)
+    Path(path).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,313 @@
+"""purelayers.sharding: rules to specs and their errors (in this process), and sharded
+training, init and checkpoints on 8 host devices (one subprocess, see
+tests/sharding_scenarios.py, since the device count is fixed when JAX starts)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh
+
+import purelayers as pl
+import purelayers.sharding as S
+from purelayers import layers as L
+
+SCRIPT = Path(__file__).with_name("sharding_scenarios.py")
+MESH = AbstractMesh((2, 4), ("data", "model"))
+
+
+def sds(*shape):
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+TREE = {
+    "blocks": {
+        "0": {"fc": {"weight": sds(64, 16), "bias": sds(64)}, "ln1": {"weight": sds(16)}},
+        "1": {"fc": {"weight": sds(64, 16), "bias": sds(64)}, "ln1": {"weight": sds(16)}},
+    },
+    "head": {"weight": sds(10, 16)},
+}
+
+
+# -- rules, in this process -----------------------------------------------------------
+
+
+def test_first_matching_rule_wins_globs_cross_dots_and_regex_matches_whole_name():
+    rules = [
+        ("re:blocks\\.1\\..*", S.P()),
+        ("*.fc.weight", S.P("model", None)),
+        ("*fc.bias", S.P("model")),
+    ]
+    specs = pl.params.flatten(S.partition_specs(TREE, rules, MESH, default=S.P()))
+    assert specs["blocks.0.fc.weight"] == S.P("model", None)
+    assert specs["blocks.0.fc.bias"] == S.P("model")
+    assert specs["blocks.1.fc.weight"] == S.P()  # the regex rule came first
+    assert specs["head.weight"] == S.P()  # the default
+
+
+def test_named_shardings_wrap_specs_on_the_mesh():
+    mesh = S.make_mesh("data=1")
+    out = S.named_shardings({"w": jnp.zeros((4, 2))}, [("w", S.P("data"))], mesh)
+    assert out["w"] == S.NamedSharding(mesh, S.P("data"))
+
+
+def test_axis_that_does_not_divide_names_parameter_shape_rule_axis_and_size():
+    mesh = AbstractMesh((2, 3), ("data", "model"))
+    with pytest.raises(
+        ValueError,
+        match=r"'blocks\.0\.fc\.weight' with shape \(64, 16\): rule 'blocks\.\*\.fc\.weight' "
+        r"-> P\('model', None\) splits axis 0 \(size 64\) over mesh axis 'model' of size 3, "
+        r"which does not divide 64\n  use a mesh where the size of mesh axis 'model' divides 64",
+    ):
+        tree = {"blocks": {"0": {"fc": {"weight": sds(64, 16)}}}}
+        S.partition_specs(tree, S.transformer_block("blocks.*"), mesh)
+
+
+def test_tuple_of_mesh_axes_multiplies_their_sizes():
+    with pytest.raises(ValueError, match=r"over mesh axes \('data', 'model'\) of size 8"):
+        S.partition_specs({"w": sds(12)}, [("w", S.P(("data", "model")))], MESH)
+
+
+def test_unmatched_name_without_default_is_an_error():
+    with pytest.raises(
+        ValueError, match=r"(?s)no rule matches 'head\.weight' with shape \(10, 16\).*default=P\(\)"
+    ):
+        S.partition_specs(TREE, [("blocks.*", S.P())], MESH)
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ([("*", S.P("expert"))], r"names mesh axis 'expert', but the mesh has axes"),
+        ([("*", S.P(None, None, "model"))], r"has 3 entries, but the array has 2 axes"),
+        ([("*", S.P("model", "model"))], r"uses mesh axis 'model' twice"),
+        ([("*", "model")], r"rules\[0\] must be \(pattern: str, PartitionSpec"),
+        ([("re:(", S.P())], r"rules\[0\] pattern 're:\('"),
+        ("*", r"rules must be a list of \(pattern, spec\) pairs"),
+    ],
+)
+def test_bad_rules_are_named(rules, message):
+    with pytest.raises(ValueError, match=message):
+        S.partition_specs({"w": sds(8, 8)}, rules, MESH)
+
+
+def test_fsdp_splits_largest_divisible_axis_and_replicates_small_or_indivisible():
+    tree = {"a": sds(8, 64), "b": sds(65, 12), "c": sds(7, 9), "d": sds(4, 4), "e": sds(64, 64)}
+    specs = S.partition_specs(tree, S.fsdp("model", min_size=64), MESH)
+    assert specs == {
+        "a": S.P(None, "model"),
+        "b": S.P(None, "model"),  # 65 does not divide by 4, 12 does
+        "c": S.P(),  # nothing divides
+        "d": S.P(),  # below min_size
+        "e": S.P("model"),  # a tie goes to the first axis
+    }
+    with pytest.raises(ValueError, match="names mesh axis 'fsdp'"):
+        S.partition_specs(tree, S.fsdp(), MESH)
+
+
+def test_megatron_rule_sets():
+    assert S.linear_pair("a", "b") == [
+        ("a.weight", S.P("model", None)),
+        ("a.bias", S.P("model")),
+        ("b.weight", S.P(None, "model")),
+        ("b.bias", S.P()),
+    ]
+    assert S.data_parallel() == [("*", S.P())]
+    assert S.batch_sharding(S.make_mesh("data=1")).spec == S.P("data")
+
+
+def test_transformer_block_rules_cover_every_parameter_of_a_block():
+    block = L.TransformerBlock(4) if hasattr(L, "TransformerBlock") else None
+    if block is None:
+        sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+        from sharded_gpt import Block
+
+        block = Block(4)
+    params = jax.eval_shape(lambda k: block.init(k, (2, 8, 32)), jax.random.key(0))
+    specs = pl.params.flatten(S.partition_specs(params, S.transformer_block(""), MESH))
+    nested = S.partition_specs({"blocks": {"3": params}}, S.transformer_block("blocks.*"), MESH)
+    assert pl.params.flatten(nested) == {f"blocks.3.{k}": v for k, v in specs.items()}
+    assert specs["attn.qkv.weight"] == S.P("model", None)
+    assert specs["attn.out.weight"] == S.P(None, "model")
+    assert specs["fc.weight"] == S.P("model", None)
+    assert specs["proj.weight"] == S.P(None, "model")
+    assert specs["proj.bias"] == specs["ln1.weight"] == S.P()
+
+
+def test_make_mesh_parses_axes_and_reports_mistakes():
+    mesh = S.make_mesh("data=1, model=1")
+    assert dict(mesh.shape) == {"data": 1, "model": 1}
+    with pytest.raises(ValueError, match=r"cannot read 'model:4'"):
+        S.make_mesh("data=1,model:4")
+    with pytest.raises(ValueError, match=r"needs 64 devices, but 1 are available"):
+        S.make_mesh({"data": 8, "model": 8})
+    with pytest.raises(ValueError, match=r"positive sizes"):
+        S.make_mesh({"data": 0})
+
+
+def test_optimizer_shardings_follow_parameter_names():
+    mesh = S.make_mesh("data=1")
+    params = {"w": jnp.zeros((4, 2)), "b": jnp.zeros(4)}
+    sh = {"w": S.NamedSharding(mesh, S.P("data")), "b": S.NamedSharding(mesh, S.P())}
+    import optax
+
+    state = jax.eval_shape(optax.adam(1e-3).init, params)
+    out = S.optimizer_shardings(state, sh)
+    assert out[0].mu["w"] == sh["w"] and out[0].nu["w"] == sh["w"]
+    assert out[0].count == S.NamedSharding(mesh, S.P())
+
+
+# -- q/k/v rows in head-group order ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "groups"), [(4, None, 2), (8, 2, 2), (4, 4, 4)])
+def test_group_qkv_puts_matching_heads_in_each_row_block(heads, kv_heads, groups):
+    """Rows of head h: q at h*d.., k at (H + j)*d.., v at (H + K + j)*d.. (d = head_dim 3).
+    Block g of the grouped rows must hold q heads g*H/G.. and the k, v heads they use."""
+    kv = heads if kv_heads is None else kv_heads
+    d = 3
+    rows = np.arange((heads + 2 * kv) * d)
+    grouped = np.asarray(S.group_qkv(rows, heads, kv_heads, groups=groups))
+    for g, block in enumerate(np.split(grouped, groups)):
+        qh = range(g * heads // groups, (g + 1) * heads // groups)
+        kh = range(g * kv // groups, (g + 1) * kv // groups)
+        want = [r for h in qh for r in range(h * d, (h + 1) * d)]
+        want += [r for h in kh for r in range((heads + h) * d, (heads + h + 1) * d)]
+        want += [r for h in kh for r in range((heads + kv + h) * d, (heads + kv + h + 1) * d)]
+        assert block.tolist() == want
+    w = jnp.asarray(np.random.default_rng(0).normal(size=(len(rows), 5)))
+    back = S.ungroup_qkv(
+        S.group_qkv(w, heads, kv_heads, groups=groups), heads, kv_heads, groups=groups
+    )
+    np.testing.assert_array_equal(back, w)
+
+
+def test_group_qkv_errors():
+    with pytest.raises(ValueError, match=r"num_kv_heads=2 must divide by groups=4"):
+        S.group_qkv(np.zeros(8 * 12), 8, 2, groups=4)
+    with pytest.raises(ValueError, match=r"13 rows are not \(num_heads \+ 2 \* num_kv_heads\)"):
+        S.group_qkv(np.zeros(13), 2, groups=2)
+
+
+# -- checkpoints in this process (one device) -----------------------------------------
+
+
+def test_load_sharded_matches_names_and_shapes_like_load_into(tmp_path):
+    mesh = S.make_mesh("data=1")
+    params = {"a": {"weight": jnp.arange(6.0).reshape(3, 2)}, "n": jnp.ones(4, jnp.bfloat16)}
+    path = pl.params.save(tmp_path / "m.safetensors", params)
+    sh = S.named_shardings(params, [("*", S.P("data"))], mesh)
+    got = S.load_sharded(path, jax.eval_shape(lambda: params), sh)
+    np.testing.assert_array_equal(got["a"]["weight"], params["a"]["weight"])
+    assert got["n"].dtype == jnp.bfloat16 and got["a"]["weight"].sharding == sh["a"]["weight"]
+    bigger = {**params, "extra": jnp.zeros(2)}
+    bigger_sh = {**sh, "extra": S.NamedSharding(mesh, S.P())}
+    with pytest.raises(KeyError, match=r"missing keys: \['extra'\]; unexpected keys: \[\]"):
+        S.load_sharded(path, bigger, bigger_sh)
+    kept = S.load_sharded(path, bigger, bigger_sh, strict=False)
+    np.testing.assert_array_equal(kept["extra"], np.zeros(2))
+    wrong = {**params, "n": jnp.ones(5, jnp.bfloat16)}
+    with pytest.raises(ValueError, match=r"shape mismatch for n: expected \(5,\), got \(4,\)"):
+        S.load_sharded(path, wrong, sh)
+    with pytest.raises(ValueError, match=r"without a sharding: \['n'\]"):
+        S.load_sharded(path, params, {"a": sh["a"]})
+
+
+def test_load_sharded_reports_a_truncated_file(tmp_path):
+    mesh = S.make_mesh("data=1")
+    params = {"w": jnp.ones((4, 4))}
+    path = pl.params.save(tmp_path / "m.safetensors", params)
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    sh = S.named_shardings(params, S.data_parallel(), mesh)
+    with pytest.raises(pl.params.CheckpointError, match=r"m\.safetensors: truncated"):
+        S.load_sharded(path, params, sh)
+
+
+# -- 8 host devices, in a subprocess --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharding") / "scenarios.json"
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out)], capture_output=True, text=True, timeout=900
+    )
+    if run.returncode:
+        pytest.fail(f"scenario script failed:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}")
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("name", ["data_parallel", "fsdp", "tensor_parallel"])
+def test_ten_sharded_steps_match_one_device(scenarios, name):
+    assert scenarios["devices"] == 8
+    got = scenarios[name]
+    assert got["loss_diff"] < 1e-5, got["losses"]
+    assert got["param_diff"] < 1e-5
+    assert got["shardings_kept"]
+    ref = scenarios["reference_losses"]
+    assert ref[-1] < ref[0]  # it trains
+
+
+def test_rule_sets_split_what_they_should(scenarios):
+    dp = scenarios["data_parallel"]["specs"]
+    assert set(dp.values()) == {"P()"}
+    fsdp = scenarios["fsdp"]["specs"]
+    assert fsdp["blocks.0.fc.weight"] == "P('fsdp',)"
+    assert fsdp["blocks.0.proj.weight"] == "P(None, 'fsdp')"
+    assert fsdp["blocks.0.ln1.weight"] == "P()"  # below min_size
+    tp = scenarios["tensor_parallel"]["specs"]
+    assert tp["blocks.0.attn.qkv.weight"] == "P('model', None)"
+    assert tp["blocks.0.fc.bias"] == "P('model',)"
+    assert tp["blocks.0.proj.weight"] == "P(None, 'model')"
+    assert tp["tok_emb.weight"] == tp["head.weight"] == "P()"
+
+
+def test_tensor_parallel_step_all_reduces_row_parallel_outputs_and_gathers_no_weight(scenarios):
+    tp = scenarios["tensor_parallel"]
+    ops = [tuple(c) for c in tp["collectives"]]
+    # [local batch 8/2, seq 8, embed 32]: the partial sums of attn.out and proj.
+    assert ops.count(("all-reduce", "f32[4,8,32]")) >= 2, ops
+    weights = {f"f32[{','.join(map(str, s))}]" for s in tp["weight_shapes"].values() if len(s) == 2}
+    gathered = {shape for op, shape in ops if op == "all-gather"}
+    assert not gathered & weights, (gathered, weights)
+    assert all(op != "all-gather" or shape.count(",") == 2 for op, shape in ops), ops
+
+
+def test_sharded_init_is_born_sharded(scenarios):
+    init = scenarios["init"]
+    assert init["jit_given_out_shardings"]
+    assert init["shardings_equal"]
+    assert init["shard_shapes_local"]
+    assert {"blocks.0.fc.weight", "blocks.0.attn.qkv.weight", "blocks.0.proj.weight"} <= set(
+        init["sharded_names"]
+    )
+    assert init["max_diff_unsharded_init"] < 1e-7
+    local = {f"f32[{','.join(map(str, s))}]" for s in init["local_shapes"].values()}
+    whole = {f"f32[{','.join(map(str, init['full_shapes'][k]))}]" for k in init["sharded_names"]}
+    # No buffer in the compiled init program has a split array's whole shape.
+    assert not (whole - local) & set(init["hlo_shapes"]), init["hlo_shapes"]
+
+
+def test_sharded_checkpoint_round_trips(scenarios):
+    ck = scenarios["checkpoint"]
+    for case in ("file_same_mesh", "index_same_mesh", "index_other_mesh"):
+        assert ck[case] == {"values_equal": True, "shardings_equal": True}, case
+    assert ck["index_files"] > 1
+    assert ck["plain_load_equal"]
+
+
+def test_grouped_qkv_rows_on_devices(scenarios):
+    got = scenarios["grouped_qkv"]
+    heads, kv, d = got["heads"], got["kv_heads"], got["head_dim"]
+    for g, rows in got["rows_per_device"].items():
+        g = int(g)
+        q = list(range(g * 2 * d, (g + 1) * 2 * d))  # two query heads per device
+        k = list(range((heads + g) * d, (heads + g + 1) * d))
+        v = list(range((heads + kv + g) * d, (heads + kv + g + 1) * d))
+        assert rows == q + k + v
