@@ -13,6 +13,8 @@ from purelayers.layers import linear as _linear
 from purelayers.layers import norm as _norm
 from purelayers.layers import pool as _pool
 from purelayers.layers import recurrent as _recurrent
+from purelayers.layers import repeat as _repeat
+from purelayers.layers import transformer as _transformer
 from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import (
     ELU,
@@ -83,6 +85,8 @@ from purelayers.layers.pool import (
     MaxPool2d,
 )
 from purelayers.layers.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from purelayers.layers.repeat import Repeat
+from purelayers.layers.transformer import TransformerBlock
 
 __all__ = [
     "LayerError",
@@ -96,4 +100,6 @@ __all__ = [
     *_conv.__all__,
     *_attention.__all__,
     *_pool.__all__,
+    *_transformer.__all__,
+    *_repeat.__all__,
 ]

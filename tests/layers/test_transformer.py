@@ -1,0 +1,230 @@
+"""TransformerBlock (GPT-2 and Llama styles) and Repeat."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from purelayers import params as P
+from purelayers.layers import Repeat, Sequential, TransformerBlock
+from purelayers.testing import gradcheck
+from tests.parity import check_parity, load_from_torch
+
+TWELVE = [
+    "ln1.weight",
+    "ln1.bias",
+    "attn.qkv.weight",
+    "attn.qkv.bias",
+    "attn.out.weight",
+    "attn.out.bias",
+    "ln2.weight",
+    "ln2.bias",
+    "fc.weight",
+    "fc.bias",
+    "proj.weight",
+    "proj.bias",
+]
+
+
+def torch_block(torch, e, h, *, kv=None, llama=False, hidden=None, act="gelu"):
+    """The block written directly in torch, with our names: ln1, attn.qkv, attn.out, ln2,
+    fc, proj (so the state_dict loads by name)."""
+    nn, F = torch.nn, torch.nn.functional
+    kv = kv or h
+    hd = e // h
+    hidden = hidden or 4 * e
+
+    def rope(x):  # x: (B, heads, T, hd), rotate-half
+        t = x.shape[-2]
+        inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        ang = torch.arange(t, dtype=torch.float32)[:, None] * inv[None, :]
+        ang = torch.cat([ang, ang], -1)
+        rot = torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1)
+        return x * ang.cos() + rot * ang.sin()
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            norm = (lambda: nn.RMSNorm(e, eps=1e-5)) if llama else (lambda: nn.LayerNorm(e))
+            self.ln1 = norm()
+            self.attn = nn.Module()
+            self.attn.qkv = nn.Linear(e, (h + 2 * kv) * hd, bias=not llama)
+            self.attn.out = nn.Linear(e, e, bias=not llama)
+            self.ln2 = norm()
+            self.fc = nn.Linear(e, hidden * (2 if llama else 1), bias=not llama)
+            self.proj = nn.Linear(hidden, e, bias=not llama)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            qkv = self.attn.qkv(self.ln1(x))
+            q, k, v = qkv.split([h * hd, kv * hd, kv * hd], -1)
+            q = q.reshape(b, t, h, hd).transpose(1, 2)
+            k = k.reshape(b, t, kv, hd).transpose(1, 2)
+            v = v.reshape(b, t, kv, hd).transpose(1, 2)
+            if llama:
+                q, k = rope(q), rope(k)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + self.attn.out(a.transpose(1, 2).reshape(b, t, e))
+            z = self.fc(self.ln2(x))
+            if llama:
+                gate, up = z.chunk(2, -1)
+                z = F.silu(gate) * up
+            else:
+                z = F.gelu(z, approximate="tanh" if act == "gelu_tanh" else "none")
+            return x + self.proj(z)
+
+    return Block()
+
+
+def test_twelve_names_in_order_and_872_scalars():
+    block = TransformerBlock(2)
+    params = block.init(jax.random.key(0), (3, 5, 8))
+    assert list(P.flatten(params)) == TWELVE
+    assert P.count(params) == 872
+    assert list(P.flatten(block.ordered(jax.jit(lambda p: p)(params)))) == TWELVE
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_tanh"])
+def test_gpt_block_matches_torch(torch, act):
+    module = torch_block(torch, 8, 2, act=act)
+    block = TransformerBlock(2, activation=act)
+    params = load_from_torch(block, module, (2, 5, 8))
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    check_parity(torch, module, block.apply, params, [x], rtol=1e-4, atol=1e-5)
+
+
+def test_llama_block_matches_torch(torch):
+    module = torch_block(torch, 16, 4, kv=2, llama=True, hidden=24)
+    block = TransformerBlock.llama(4, num_kv_heads=2, hidden_dim=24)
+    params = load_from_torch(block, module, (2, 5, 16))
+    assert list(P.flatten(params)) == [
+        "ln1.weight",
+        "attn.qkv.weight",
+        "attn.out.weight",
+        "ln2.weight",
+        "fc.weight",
+        "proj.weight",
+    ]
+    x = np.random.default_rng(1).standard_normal((2, 5, 16)).astype(np.float32)
+    check_parity(torch, module, block.apply, params, [x], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("llama", [False, True])
+def test_block_gradcheck(llama):
+    block = (
+        TransformerBlock.llama(2, num_kv_heads=1, hidden_dim=3)
+        if llama
+        else TransformerBlock(2, mlp_ratio=1)
+    )
+    params = block.init(jax.random.key(0), (1, 3, 4))
+    x = jax.random.normal(jax.random.key(1), (1, 3, 4))
+    assert gradcheck(block.apply, params, x)
+
+
+@pytest.mark.parametrize("llama", [False, True])
+def test_block_cached_decoding_equals_full_forward(llama):
+    block = TransformerBlock.llama(4, num_kv_heads=2) if llama else TransformerBlock(2)
+    b, t, e = 2, 6, 16
+    params = block.init(jax.random.key(0), (b, t, e))
+    x = jax.random.normal(jax.random.key(1), (b, t, e))
+    full = block.apply(params, x)
+    step = jax.jit(lambda p, x, c: block.apply(p, x, cache=c))
+    for chunks in ([1] * t, [2, 3, 1]):
+        cache, outs, start = block.init_cache((b, 8, e)), [], 0
+        for n in chunks:
+            y, cache = step(params, x[:, start : start + n], cache)
+            outs.append(y)
+            start += n
+        np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_block_dropout_only_in_train_mode_with_key():
+    block = TransformerBlock(2, dropout=0.3)
+    params = block.init(jax.random.key(0), (1, 4, 8))
+    x = jax.random.normal(jax.random.key(1), (1, 4, 8))
+    np.testing.assert_array_equal(block.apply(params, x), TransformerBlock(2).apply(params, x))
+    with pytest.raises(ValueError, match="TransformerBlock: train=True draws random numbers"):
+        block.apply(params, x, train=True)
+    key = jax.random.key(2)
+    y = block.apply(params, x, train=True, key=key)
+    np.testing.assert_array_equal(y, block.apply(params, x, train=True, key=key))
+    assert not np.allclose(y, block.apply(params, x))
+
+
+def test_block_errors():
+    with pytest.raises(ValueError, match="TransformerBlock: activation must be one of 'gelu'"):
+        TransformerBlock(2, activation="swish")
+    with pytest.raises(ValueError, match="num_kv_heads must be a divisor of num_heads=4, got 3"):
+        TransformerBlock(4, num_kv_heads=3)
+    with pytest.raises(
+        ValueError,
+        match=r"TransformerBlock\[attn\] MultiHeadAttention: embed_dim 10 .* divisible by num_heads 4",
+    ):
+        TransformerBlock(4).init(jax.random.key(0), (2, 3, 10))
+    params = TransformerBlock(2).init(jax.random.key(0), (2, 3, 8))
+    with pytest.raises(ValueError, match=r"TransformerBlock\[ln1\] LayerNorm"):
+        TransformerBlock(2).apply(params, jnp.zeros((2, 3, 6)))
+
+
+# -- Repeat ------------------------------------------------------------------------------
+
+
+def test_repeat_equals_unrolled_sequential():
+    block = TransformerBlock(2, dropout=0.1)
+    rep, seq = Repeat(block, 3), Sequential(block, block, block)
+    params = rep.init(jax.random.key(0), (2, 4, 8))
+    jax.tree.map(np.testing.assert_array_equal, params, seq.init(jax.random.key(0), (2, 4, 8)))
+    assert list(P.flatten(params))[:2] == ["0.ln1.weight", "0.ln1.bias"]
+    assert list(P.flatten(params))[-1] == "2.proj.bias"
+    x = jax.random.normal(jax.random.key(1), (2, 4, 8))
+    np.testing.assert_allclose(rep.apply(params, x), seq.apply(params, x), rtol=1e-5, atol=1e-6)
+    key = jax.random.key(3)
+    np.testing.assert_allclose(
+        rep.apply(params, x, train=True, key=key),
+        seq.apply(params, x, train=True, key=key),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    loss = lambda m: lambda p: jnp.sum(m.apply(p, x) ** 2)  # noqa: E731
+    g_rep = jax.grad(loss(Repeat(block, 3, remat=True)))(params)
+    g_seq = jax.grad(loss(seq))(params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_rep, g_seq)
+
+
+def test_repeat_loads_torch_sequential_of_blocks(torch):
+    module = torch.nn.Sequential(*[torch_block(torch, 8, 2) for _ in range(3)])
+    rep = Repeat(TransformerBlock(2), 3)
+    params = load_from_torch(rep, module, (2, 5, 8))
+    x = np.random.default_rng(2).standard_normal((2, 5, 8)).astype(np.float32)
+    check_parity(torch, module, rep.apply, params, [x], rtol=1e-4, atol=1e-5)
+
+
+def test_repeat_cached_decoding():
+    block = TransformerBlock.llama(2, num_kv_heads=1)
+    rep = Repeat(block, 2)
+    params = rep.init(jax.random.key(0), (1, 5, 8))
+    x = jax.random.normal(jax.random.key(1), (1, 5, 8))
+    full = rep.apply(params, x)
+    traces = []
+
+    @jax.jit
+    def step(p, x, c):
+        traces.append(1)
+        return rep.apply(p, x, cache=c)
+
+    cache, outs = rep.init_cache((1, 5, 8)), []
+    for i in range(5):
+        y, cache = step(params, x[:, i : i + 1], cache)
+        outs.append(y)
+    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, rtol=1e-5, atol=1e-5)
+    assert len(traces) == 1
+    np.testing.assert_array_equal(cache["length"], [5, 5])
+
+
+def test_repeat_errors():
+    with pytest.raises(ValueError, match="Repeat: n must be a positive integer, got 0"):
+        Repeat(TransformerBlock(2), 0)
+    rep = Repeat(TransformerBlock(2), 2)
+    params = rep.init(jax.random.key(0), (1, 3, 8))
+    with pytest.raises(ValueError, match=r"Repeat: params for blocks \['1'\] are missing"):
+        rep.apply({"0": params["0"]}, jnp.zeros((1, 3, 8)))
