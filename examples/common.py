@@ -128,3 +128,20 @@ def progress(total: int, desc: str, disable: bool | None = None) -> tqdm:
     if disable is None:
         disable = not sys.stderr.isatty()
     return tqdm(total=total, desc=desc, dynamic_ncols=True, disable=disable)
+
+
+def plot_curves(history: dict, path) -> None:
+    """Training loss (log scale) and test accuracy against the step, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    a.plot(history["step"], history["loss"])
+    a.set(xlabel="step", ylabel="training loss", yscale="log")
+    b.plot(history["step"], history["test_accuracy"])
+    b.set(xlabel="step", ylabel="test accuracy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -103,7 +103,7 @@ def main(argv=None) -> dict:
     test_accuracy = float(accuracy(params, x_te, y_te))
 
     args.out.mkdir(parents=True, exist_ok=True)
-    pl.params.save(args.out / "model.safetensors", params, metadata={"example": "digits_mlp"})
+    pl.params.save(args.out / "model.safetensors", params, model=model)
     metrics = {
         "test_accuracy": test_accuracy,
         "steps": total,
@@ -112,27 +112,11 @@ def main(argv=None) -> dict:
     }
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     if not args.no_plot:
-        plot(history, args.out / "curves.png")
+        common.plot_curves(history, args.out / "curves.png")
     print(pl.params.summary(model, params))
     print(f"trained {total} steps in {seconds:.1f} s; outputs in {args.out}")
     print(f"test accuracy: {test_accuracy:.4f}")
     return metrics
-
-
-def plot(history: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
-    a.plot(history["step"], history["loss"])
-    a.set(xlabel="step", ylabel="training loss", yscale="log")
-    b.plot(history["step"], history["test_accuracy"])
-    b.set(xlabel="step", ylabel="test accuracy")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":
