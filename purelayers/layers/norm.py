@@ -245,6 +245,14 @@ def _channel_affine(y: jax.Array, params: Params) -> jax.Array:
     return y
 
 
+def _channel_params(layer: Any, key: jax.Array, channels: int, dtype: Any) -> Params:
+    """Per-channel ``weight`` and ``bias`` of a layer with ``affine`` and initializers."""
+    if not layer.affine:
+        return {}
+    w, b = layer.weight_init or ones(), layer.bias_init or zeros()
+    return _affine_params(key, (channels,), dtype, w, b)
+
+
 def _check_channels(layer: str, x: Any, channels: int | None, layout: str) -> None:
     """Axis 1 of ``x`` holds the ``channels`` the layer was initialized with."""
     if channels is not None:
@@ -309,11 +317,7 @@ class GroupNorm(Layer):
         return shape[1]
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        channels = self._check(as_shape(shape))
-        if not self.affine:
-            return {}
-        w, b = self.weight_init or ones(), self.bias_init or zeros()
-        return _affine_params(key, (channels,), dtype, w, b)
+        return _channel_params(self, key, self._check(as_shape(shape)), dtype)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         _need_float("GroupNorm", x)
@@ -368,11 +372,7 @@ class _BatchNorm(Layer):
         return shape[1]
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        channels = self._channels(as_shape(shape))
-        if not self.affine:
-            return {}
-        w, b = self.weight_init or ones(), self.bias_init or zeros()
-        return _affine_params(key, (channels,), dtype, w, b)
+        return _channel_params(self, key, self._channels(as_shape(shape)), dtype)
 
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
         channels = self._channels(as_shape(shape))

@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from purelayers import layers as L
 from purelayers.init import constant
@@ -261,6 +263,27 @@ def test_group_norm_torch_parity(torch, groups, shape, affine):
     module = _torch_randomize(torch, torch.nn.GroupNorm(groups, shape[1], affine=affine))
     params = load_from_torch(gn, module, shape)
     check_parity(torch, module, gn.apply, params, [_x(*shape, shift=1.0)], rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    n=st.integers(1, 3),
+    groups=st.integers(1, 4),
+    per_group=st.integers(1, 3),
+    spatial=st.lists(st.integers(1, 4), min_size=0, max_size=2),
+    seed=st.integers(0, 2**16),
+)
+def test_group_norm_matches_reference_over_shapes(n, groups, per_group, spatial, seed):
+    """Against a float64 NumPy reference; each group holds at least 4 values (in a group
+    of 2 close values float32 rounding is magnified up to 1/sqrt(eps) times)."""
+    shape = (n, groups * per_group, *spatial)
+    if per_group * int(np.prod(spatial)) < 4:
+        shape = (*shape, 4)
+    x = _x(*shape, shift=1.0, seed=seed)
+    y = L.GroupNorm(groups, affine=False).apply({}, jnp.asarray(x))
+    g = x.astype(np.float64).reshape(n, groups, -1)
+    ref = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, ref.reshape(shape), atol=1e-4)
 
 
 def test_group_norm_params():
