@@ -66,9 +66,14 @@ def _check_trailing(layer: str, x: Any, params: Params, ndim: int) -> tuple[int,
     got = _trailing(layer, shape, ndim)
     if "weight" in params and got != tuple(params["weight"].shape):
         want = tuple(params["weight"].shape)
+        rule = (
+            f"the last axis of x must be {want[0]} (the width it was initialized with):"
+            if ndim == 1
+            else f"the last {ndim} axes of x must be {want} (the shape it was initialized with):"
+        )
         raise LayerError(
             layer,
-            f"the last {ndim} axes of x (the normalized shape it was initialized with):",
+            rule,
             f"x.shape == (..., {', '.join(map(str, want))})",
             f"x.shape == {shape}",
             f"{layer} was initialized with input shape (..., {', '.join(map(str, want))}); "
@@ -367,7 +372,10 @@ class _BatchNorm(Layer):
         if len(shape) not in self._ranks:
             ranks = " or ".join(map(str, self._ranks))
             raise LayerError(
-                self._name, "input rank", f"{ranks} ({self._layout})", f"{len(shape)} {shape}"
+                self._name,
+                "input rank",
+                f"{ranks} ({self._layout})",
+                f"{len(shape)} (x.shape == {shape})",
             )
         return shape[1]
 

@@ -215,7 +215,7 @@ def test_wrong_width_names_layer_expected_and_got(cls):
     params = layer.init(jax.random.key(0), (8, 768))
     with pytest.raises(
         ValueError,
-        match=rf"{cls.__name__}: the last 1 axes of x \(the normalized shape it was "
+        match=rf"{cls.__name__}: the last axis of x must be 768 \(the width it was "
         r"initialized with\): expected x.shape == \(..., 768\), got x.shape == \(8, 512\)",
     ):
         layer.apply(params, jnp.zeros((8, 512)))
@@ -225,8 +225,19 @@ def test_wrong_width_inside_sequential_names_path():
     model = L.Sequential(L.Linear(16), L.LayerNorm())
     params = model.init(jax.random.key(0), (2, 8))
     params["1"] = L.LayerNorm().init(jax.random.key(0), (2, 12))
-    with pytest.raises(ValueError, match=r"Sequential\[1\] LayerNorm: the last 1 axes"):
+    with pytest.raises(ValueError, match=r"Sequential\[1\] LayerNorm: the last axis of x"):
         model.apply(params, jnp.zeros((2, 8)))
+
+
+def test_wrong_normalized_shape_names_both_axes():
+    ln = L.LayerNorm(normalized_ndim=2)
+    params = ln.init(jax.random.key(0), (2, 3, 4))
+    with pytest.raises(
+        ValueError,
+        match=r"LayerNorm: the last 2 axes of x must be \(3, 4\) \(the shape it was initialized "
+        r"with\): expected x.shape == \(..., 3, 4\), got x.shape == \(2, 4, 3\)",
+    ):
+        ln.apply(params, jnp.zeros((2, 4, 3)))
 
 
 def test_rank_too_small():
