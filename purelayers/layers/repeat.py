@@ -128,7 +128,8 @@ class Repeat(Layer):
             try:
                 out = self.layer.apply({} if p is None else p, h, key=k, train=train, **extra)
             except LayerError as e:
-                raise e.within("Repeat", "i") from None
+                # The body is traced once for all blocks: "*" stands for any of them.
+                raise e.within("Repeat", "*") from None
             return (out, None) if c is None else out
 
         if self.remat:

@@ -109,7 +109,10 @@ class TransformerBlock(Layer):
         check_float(name, "norm_eps", self.norm_eps, low=0.0, low_open=True)
         if self.hidden_dim is not None:
             check_int(name, "hidden_dim", self.hidden_dim)
-        self.attention  # noqa: B018  (validates num_heads / num_kv_heads now)
+        try:
+            self.attention  # noqa: B018  (validates num_heads / num_kv_heads now)
+        except ValueError as e:
+            raise ValueError(str(e).replace("MultiHeadAttention", name, 1)) from None
 
     @classmethod
     def llama(

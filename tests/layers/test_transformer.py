@@ -154,7 +154,9 @@ def test_block_dropout_only_in_train_mode_with_key():
 def test_block_errors():
     with pytest.raises(ValueError, match="TransformerBlock: activation must be one of 'gelu'"):
         TransformerBlock(2, activation="swish")
-    with pytest.raises(ValueError, match="num_kv_heads must be a divisor of num_heads=4, got 3"):
+    with pytest.raises(
+        ValueError, match="TransformerBlock: num_kv_heads must be a divisor of num_heads=4, got 3"
+    ):
         TransformerBlock(4, num_kv_heads=3)
     with pytest.raises(
         ValueError,
@@ -228,3 +230,5 @@ def test_repeat_errors():
     params = rep.init(jax.random.key(0), (1, 3, 8))
     with pytest.raises(ValueError, match=r"Repeat: params for blocks \['1'\] are missing"):
         rep.apply({"0": params["0"]}, jnp.zeros((1, 3, 8)))
+    with pytest.raises(ValueError, match=r"Repeat\[\*\.ln1\] LayerNorm"):
+        rep.apply(params, jnp.zeros((1, 3, 6)))
