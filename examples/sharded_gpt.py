@@ -37,7 +37,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -51,60 +51,20 @@ from purelayers.init import normal
 
 
 @dataclasses.dataclass(frozen=True)
-class Block(L.Layer):
-    """The pre-norm GPT-2 block, ``x + attn(ln1(x))`` then ``x + proj(gelu(fc(ln2(x))))``,
-    under ``TransformerBlock``'s names (``ln1``, ``attn.qkv``, ``attn.out``, ``ln2``,
-    ``fc``, ``proj``); used where ``purelayers.layers.TransformerBlock`` is absent."""
-
-    num_heads: int
-
-    def _parts(self, dim: int) -> dict[str, L.Layer]:
-        return {
-            "ln1": L.LayerNorm(),
-            "attn": L.MultiHeadAttention(self.num_heads, causal=True),
-            "ln2": L.LayerNorm(),
-            "fc": L.Linear(4 * dim),
-            "proj": L.Linear(dim),
-        }
-
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict:
-        shape = tuple(shape)
-        parts = self._parts(shape[-1])
-        hidden = (*shape[:-1], 4 * shape[-1])
-        return {
-            name: layer.init(jax.random.fold_in(key, i), hidden if name == "proj" else shape, dtype)
-            for i, (name, layer) in enumerate(parts.items())
-        }
-
-    def apply(self, params: dict, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        parts = self._parts(x.shape[-1])
-        x = x + parts["attn"].apply(params["attn"], parts["ln1"].apply(params["ln1"], x))
-        h = parts["fc"].apply(params["fc"], parts["ln2"].apply(params["ln2"], x))
-        return x + parts["proj"].apply(params["proj"], jax.nn.gelu(h, approximate=False))
-
-
-def make_block(num_heads: int) -> L.Layer:
-    """The library's ``TransformerBlock`` where it exists, else ``Block`` (same names)."""
-    if hasattr(L, "TransformerBlock"):
-        return L.TransformerBlock(num_heads)
-    return Block(num_heads)
-
-
-@dataclasses.dataclass(frozen=True)
 class GPT(L.Layer):
-    """Token embedding plus a learned position table, a stack of blocks, a final
-    LayerNorm and a linear head. Input ``(batch, seq)`` int ids, output
-    ``(batch, seq, vocab)`` logits.
+    """``head(norm(blocks(embed(ids) + pos_emb[:T])))`` with ``blocks`` a ``Repeat`` of
+    ``TransformerBlock``s: the names of ``examples/char_gpt.py``'s model (used instead
+    when that file is importable), defined here so this example stands alone.
 
-    Parameters: ``pos_emb`` ``(max_len, dim)`` N(0, 0.02); ``tok_emb.weight``;
-    ``blocks.N.*``; ``ln_f.*``; ``head.*``.
+    Parameters: ``pos_emb`` ``(max_len, dim)`` N(0, 0.02); ``embed.weight``;
+    ``blocks.N.*``; ``norm.*``; ``head.*``.
     """
 
-    _own_order = ("pos_emb",)
+    _own_order: ClassVar[tuple[str, ...]] = ("pos_emb",)
 
-    tok_emb: L.Embedding
-    blocks: tuple[L.Layer, ...]
-    ln_f: L.LayerNorm
+    embed: L.Embedding
+    blocks: L.Repeat
+    norm: L.LayerNorm
     head: L.Linear
     max_len: int
 
@@ -113,36 +73,40 @@ class GPT(L.Layer):
         return True
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict:
-        b, t = tuple(shape)
-        dim = self.tok_emb.embedding_dim
-        hidden = (b, t, dim)
-        keys = [jax.random.fold_in(key, i) for i in range(len(self.blocks) + 4)]
+        dim = self.embed.embedding_dim
+        feats = (*shape, dim)
         return {
-            "pos_emb": normal(std=0.02)(keys[0], (self.max_len, dim), dtype),
-            "tok_emb": self.tok_emb.init(keys[1], (b, t), dtype),
-            "blocks": {
-                str(i): blk.init(keys[4 + i], hidden, dtype) for i, blk in enumerate(self.blocks)
-            },
-            "ln_f": self.ln_f.init(keys[2], hidden, dtype),
-            "head": self.head.init(keys[3], hidden, dtype),
+            "pos_emb": normal(std=0.02)(jax.random.fold_in(key, 0), (self.max_len, dim), dtype),
+            "embed": self.embed.init(jax.random.fold_in(key, 1), shape, dtype),
+            "blocks": self.blocks.init(jax.random.fold_in(key, 2), feats, dtype),
+            "norm": self.norm.init(jax.random.fold_in(key, 3), feats, dtype),
+            "head": self.head.init(jax.random.fold_in(key, 4), feats, dtype),
         }
 
     def apply(self, params: dict, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        t = x.shape[-1]
-        h = self.call("tok_emb", params, x) + params["pos_emb"][:t]
-        for i, blk in enumerate(self.blocks):
-            h = blk.apply(params["blocks"][str(i)], h)
-        return self.call("head", params, self.call("ln_f", params, h))
+        h = self.call("embed", params, x) + params["pos_emb"][None, : x.shape[1]]
+        h = self.call("blocks", params, h)
+        return self.call("head", params, self.call("norm", params, h))
 
 
-def build_model(vocab: int, dim: int, layers: int, heads: int, max_len: int) -> GPT:
+def local_model(vocab: int, dim: int, layers: int, heads: int, max_len: int) -> GPT:
+    block = L.TransformerBlock(heads, causal=True)
     return GPT(
-        tok_emb=L.Embedding(vocab, dim),
-        blocks=tuple(make_block(heads) for _ in range(layers)),
-        ln_f=L.LayerNorm(),
-        head=L.Linear(vocab),
-        max_len=max_len,
+        L.Embedding(vocab, dim), L.Repeat(block, layers), L.LayerNorm(), L.Linear(vocab), max_len
     )
+
+
+def build_model(vocab: int, dim: int, layers: int, heads: int, max_len: int) -> L.Layer:
+    """``examples/char_gpt.py``'s model where that file imports, else ``local_model``."""
+    try:
+        import char_gpt
+
+        config = argparse.Namespace(
+            heads=heads, dropout=0.0, rope=False, width=dim, depth=layers, max_len=max_len
+        )
+        return char_gpt.build_model(vocab, config)
+    except (ImportError, AttributeError, TypeError):
+        return local_model(vocab, dim, layers, heads, max_len)
 
 
 def gpt_rules(model_axis: str = "model") -> list[S.Rule]:

@@ -91,6 +91,7 @@ __all__ = [
     "data_parallel",
     "fsdp",
     "group_qkv",
+    "group_rows",
     "init_sharded",
     "linear_pair",
     "load_sharded",
@@ -103,6 +104,7 @@ __all__ = [
     "sharded_init_fn",
     "transformer_block",
     "ungroup_qkv",
+    "ungroup_rows",
 ]
 
 P = PartitionSpec
@@ -389,25 +391,61 @@ def transformer_block(pattern: str, axis: str = "model") -> list[Rule]:
     ]
 
 
-# -- fused q/k/v rows in head-group order ---------------------------------------------
+# -- packed rows in group order --------------------------------------------------------
 
 
-def _qkv_order(rows: int, num_heads: int, num_kv_heads: int | None, groups: int) -> np.ndarray:
+def _group_order(sizes: Sequence[int], groups: int, who: str) -> np.ndarray:
+    """Row indices taking ``[part_0 | part_1 | ...]`` (rows ``sizes``) to group order
+    ``[part_0 block 0 | part_1 block 0 | ... | part_0 block 1 | ...]``."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{who}: groups must be a positive int, got {groups!r}")
+    for size in sizes:
+        if size % groups:
+            raise ValueError(f"{who}: a part of {size} rows does not divide by groups={groups}")
+    parts = np.split(np.arange(sum(sizes)), np.cumsum(sizes)[:-1])
+    return np.concatenate([p.reshape(groups, -1) for p in parts], axis=1).reshape(-1)
+
+
+def _rows(array: Any, sizes: Sequence[int], who: str) -> jax.Array:
+    a = jnp.asarray(array)
+    if not a.ndim or a.shape[0] != sum(sizes):
+        raise ValueError(
+            f"{who}: expected {sum(sizes)} rows (parts of {list(sizes)}), got shape {a.shape}"
+        )
+    return a
+
+
+def group_rows(array: Any, sizes: Sequence[int], *, groups: int) -> jax.Array:
+    """Rows packed as ``[part_0 | part_1 | ...]`` (``sizes`` rows each) reordered so
+    that row block ``g`` of ``groups`` holds block ``g`` of every part.
+
+    A packed weight split over ``n`` devices (rows) gives each device matching slices
+    of every part only in this order: Llama's ``fc`` packs ``[gate | up]``
+    (``group_rows(w, [hidden, hidden], groups=n)``); ``group_qkv`` does attention's
+    ``[q | k | v]``. ``ungroup_rows`` is the inverse; both are exact permutations.
+    """
+    a = _rows(array, sizes, "group_rows")
+    return a[_group_order(sizes, groups, "group_rows")]
+
+
+def ungroup_rows(array: Any, sizes: Sequence[int], *, groups: int) -> jax.Array:
+    """The inverse of ``group_rows``: the parts back one after the other."""
+    a = _rows(array, sizes, "ungroup_rows")
+    return a[np.argsort(_group_order(sizes, groups, "ungroup_rows"))]
+
+
+def _qkv_sizes(rows: int, num_heads: int, num_kv_heads: int | None, groups: int, who: str):
     kv = num_heads if num_kv_heads is None else num_kv_heads
     for what, n in (("num_heads", num_heads), ("num_kv_heads", kv)):
         if n % groups:
-            raise ValueError(f"group_qkv: {what}={n} must divide by groups={groups}")
+            raise ValueError(f"{who}: {what}={n} must divide by groups={groups}")
     if rows % (num_heads + 2 * kv):
         raise ValueError(
-            f"group_qkv: {rows} rows are not (num_heads + 2 * num_kv_heads) * head_dim "
+            f"{who}: {rows} rows are not (num_heads + 2 * num_kv_heads) * head_dim "
             f"for num_heads={num_heads}, num_kv_heads={kv}"
         )
     hd = rows // (num_heads + 2 * kv)
-    idx = np.arange(rows)
-    q = idx[: num_heads * hd].reshape(groups, -1)
-    k = idx[num_heads * hd : (num_heads + kv) * hd].reshape(groups, -1)
-    v = idx[(num_heads + kv) * hd :].reshape(groups, -1)
-    return np.concatenate([q, k, v], axis=1).reshape(-1)
+    return [num_heads * hd, kv * hd, kv * hd]
 
 
 def group_qkv(
@@ -418,10 +456,11 @@ def group_qkv(
 
     Row block ``g`` of the result (the rows a device holds when the rows are split
     ``groups`` ways) holds query heads ``g * H/groups .. (g+1) * H/groups - 1`` and the
-    matching key/value heads. ``ungroup_qkv`` is the inverse.
+    key/value heads they attend with. ``ungroup_qkv`` is the inverse.
     """
     a = jnp.asarray(array)
-    return a[_qkv_order(a.shape[0], num_heads, num_kv_heads, groups)]
+    sizes = _qkv_sizes(a.shape[0] if a.ndim else 0, num_heads, num_kv_heads, groups, "group_qkv")
+    return group_rows(a, sizes, groups=groups)
 
 
 def ungroup_qkv(
@@ -429,7 +468,8 @@ def ungroup_qkv(
 ) -> jax.Array:
     """The inverse of ``group_qkv``: rows back in torch's ``[q | k | v]`` order."""
     a = jnp.asarray(array)
-    return a[np.argsort(_qkv_order(a.shape[0], num_heads, num_kv_heads, groups))]
+    sizes = _qkv_sizes(a.shape[0] if a.ndim else 0, num_heads, num_kv_heads, groups, "ungroup_qkv")
+    return ungroup_rows(a, sizes, groups=groups)
 
 
 # -- sharded initialization -----------------------------------------------------------
