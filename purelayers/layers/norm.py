@@ -85,8 +85,10 @@ def _check_trailing(layer: str, x: Any, params: Params, ndim: int) -> tuple[int,
 def _moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(mean, x - mean, var)`` over ``axes`` (kept), ``var`` the population variance.
 
-    Two passes: measured as fast as the one-pass ``E[x^2] - E[x]^2`` under XLA on CPU,
-    and free of its cancellation when ``|mean| >> std``.
+    Two passes on purpose. The one-pass ``E[x^2] - E[x]^2`` saved at most a few percent
+    of CPU time (a [16, 128, 256] LayerNorm forward and backward, and a four-block
+    transformer step, under jit), but loses float32 digits to cancellation when
+    ``|mean| >> std``: 6e-5 off torch at a mean of 10 std, 0.4 at 1000 std.
     """
     mean = jnp.mean(xf, axis=axes, keepdims=True)
     centered = xf - mean
@@ -374,7 +376,7 @@ class _BatchNorm(Layer):
             raise LayerError(
                 self._name,
                 "input rank",
-                f"{ranks} ({self._layout})",
+                f"{ranks} {self._layout}",
                 f"{len(shape)} (x.shape == {shape})",
             )
         return shape[1]
