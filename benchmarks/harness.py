@@ -1,0 +1,214 @@
+"""What every implementation hands the benchmark, and the training steps that run it.
+
+A JAX implementation (purelayers, raw JAX, Flax, Equinox, Haiku) is reduced to a
+``JaxModel``: a pytree of float32 parameters, a pure ``forward(params, x)`` and its
+input in the library's own layout. Every JAX library then trains through the same
+jitted optax step (``JaxRunner``), so the timings compare the computation each library
+emits, not its jit wrapper. PyTorch gets the equivalent eager loop (``TorchRunner``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks.workloads import loss_from_logits
+
+__all__ = ["JaxModel", "JaxRunner", "TorchModel", "TorchRunner", "median_spread"]
+
+LEARNING_RATE = 1e-3
+
+
+@dataclasses.dataclass
+class JaxModel:
+    """``forward(params, x) -> logits``; ``x`` already in the library's layout."""
+
+    params: Any
+    forward: Callable[[Any, Any], jax.Array]
+    x: Any
+    y: Any
+
+
+@dataclasses.dataclass
+class TorchModel:
+    module: Any
+    x: Any
+    y: Any
+
+
+def _rss_mb() -> float:
+    """This process's resident-set high-water mark in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class JaxRunner:
+    """One jitted Adam training step with donated params and optimizer state.
+
+    The step is compiled ahead of time (``lower().compile()``) so its XLA memory
+    analysis is available; calling the compiled step is what ``jax.jit`` does after its
+    first call.
+    """
+
+    def __init__(self, model: JaxModel):
+        import optax
+
+        self.model = model
+        opt = optax.adam(LEARNING_RATE)
+
+        def loss(params, x, y):
+            return loss_from_logits(model.forward(params, x), y)
+
+        def step(params, opt_state, x, y):
+            value, grads = jax.value_and_grad(loss)(params, x, y)
+            updates, opt_state = opt.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, value
+
+        self._loss = jax.jit(loss)
+        self._jit_step = jax.jit(step, donate_argnums=(0, 1))
+        self.params = jax.tree.map(jnp.asarray, model.params)
+        self.opt_state = opt.init(self.params)
+        self.x = jax.tree.map(jnp.asarray, model.x)
+        self.y = jnp.asarray(model.y)
+        self.compiled = None
+        self.timings: dict[str, float] = {}
+
+    def param_count(self) -> int:
+        return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(self.params))
+
+    def initial_loss(self) -> float:
+        return float(self._loss(self.params, self.x, self.y))
+
+    def compile(self) -> None:
+        """Trace + lower, then compile; times both into ``self.timings``."""
+        t0 = time.perf_counter()
+        lowered = self._jit_step.lower(self.params, self.opt_state, self.x, self.y)
+        t1 = time.perf_counter()
+        self.compiled = lowered.compile()
+        self.timings.update(trace_s=t1 - t0, compile_s=time.perf_counter() - t1)
+
+    def memory_mb(self) -> dict[str, float]:
+        """XLA's buffer assignment for the step: arguments (params, Adam state, batch) and
+        temporaries (activations, gradients); outputs alias the donated arguments."""
+        if self.compiled is None:
+            self.compile()
+        ma = self.compiled.memory_analysis()
+        if ma is None:
+            return {}
+        mib = 1024 * 1024
+        args, temp = ma.argument_size_in_bytes, ma.temp_size_in_bytes
+        return {"args_mb": args / mib, "temp_mb": temp / mib, "peak_mb": (args + temp) / mib}
+
+    def run(self, n: int) -> float:
+        """Run ``n`` training steps; seconds per step."""
+        if self.compiled is None:
+            self.compile()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.params, self.opt_state, loss = self.compiled(
+                self.params, self.opt_state, self.x, self.y
+            )
+        jax.block_until_ready((loss, self.params))
+        return (time.perf_counter() - t0) / n
+
+    def eager_forward(self) -> float:
+        """One un-jitted forward pass (op-by-op dispatch); seconds."""
+        t0 = time.perf_counter()
+        jax.block_until_ready(self.model.forward(self.params, self.x))
+        return time.perf_counter() - t0
+
+    def first_call(self) -> dict[str, float]:
+        """Trace + compile + first step, in this (fresh) process."""
+        t0 = time.perf_counter()
+        self.compile()
+        self.run(1)
+        out = dict(self.timings, first_call_s=time.perf_counter() - t0)
+        out.update(self.memory_mb())
+        return out
+
+
+class TorchRunner:
+    """The same training step in eager PyTorch: ``torch.optim.Adam`` with optax's
+    defaults (betas 0.9/0.999, eps 1e-8), ``F.cross_entropy``."""
+
+    def __init__(self, model: TorchModel):
+        import torch
+
+        self.torch = torch
+        self.module = model.module
+        self.x, self.y = model.x, model.y
+        self.opt = torch.optim.Adam(self.module.parameters(), lr=LEARNING_RATE)
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.module.parameters())
+
+    def _loss(self):
+        logits = self.module(self.x)
+        return self.torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), self.y.reshape(-1)
+        )
+
+    def initial_loss(self) -> float:
+        with self.torch.no_grad():
+            return float(self._loss())
+
+    def compile(self) -> None:
+        pass
+
+    def memory_mb(self) -> dict[str, float]:
+        return {}
+
+    def run(self, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.opt.zero_grad(set_to_none=True)
+            loss = self._loss()
+            loss.backward()
+            self.opt.step()
+        loss.item()
+        return (time.perf_counter() - t0) / n
+
+    def eager_forward(self) -> float:
+        t0 = time.perf_counter()
+        with self.torch.no_grad():
+            self.module(self.x)
+        return time.perf_counter() - t0
+
+    def first_call(self) -> dict[str, float]:
+        """First step, and the step's peak memory: the bytes already resident (params,
+        batch) plus the growth of the RSS high-water mark over three steps (gradients,
+        Adam state, activations, allocator caches)."""
+        resident = sum(p.numel() * p.element_size() for p in self.module.parameters())
+        resident += sum(t.numel() * t.element_size() for t in (self.x, self.y))
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        self.run(1)
+        first = time.perf_counter() - t0
+        self.run(2)
+        peak = resident / (1024 * 1024) + max(_rss_mb() - base, 0.0)
+        return {"first_call_s": first, "peak_mb": peak}
+
+
+def median_spread(samples: list[float]) -> dict[str, float]:
+    """Median, min, max and the interquartile range relative to the median."""
+    s = sorted(samples)
+    med = statistics.median(s)
+    if len(s) >= 4:
+        q = statistics.quantiles(s, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = s[-1] - s[0]
+    return {
+        "median": med,
+        "min": s[0],
+        "max": s[-1],
+        "iqr_rel": iqr / med if med else 0.0,
+        "n": len(s),
+    }

@@ -1,0 +1,267 @@
+"""Side-by-side training-step benchmark: purelayers against raw JAX, Flax (linen and NNX),
+Equinox, Haiku and PyTorch on four workloads (see ``benchmarks/workloads.py``).
+
+    python -m benchmarks.run                        # everything installed, ~10 min
+    python -m benchmarks.run --quick                # tiny shapes, 1 repeat: smoke test
+    python -m benchmarks.run --workloads mlp cnn --impls purelayers jax torch --repeats 20
+    python -m benchmarks.run --precision bf16 --workloads mlp transformer
+
+For each workload every implementation starts from the same weights (purelayers' params
+copied by name) and must report the same initial loss. Measured:
+
+- step: one jitted training step (forward, softmax cross-entropy, backward, optax Adam
+  update, donated buffers; PyTorch: the eager equivalent), timed with
+  ``block_until_ready``. Each sample runs enough consecutive steps to last about
+  ``--target-ms``; implementations take turns within every round (rotating order), so
+  load changes hit all of them alike. Reported: median over rounds and the IQR.
+- first call: trace + compile + first step, in a fresh subprocess per implementation.
+- eager: one un-jitted forward pass (after a warm-up call), median.
+- memory: JAX: XLA's buffer assignment for the compiled step (argument + temp bytes);
+  PyTorch: resident params and batch plus the growth of the RSS high-water mark over
+  three steps in the fresh subprocess.
+
+Results go to ``benchmarks/results/<time>.json`` (or ``--json``) and a markdown report
+to stdout (and ``--markdown``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report, workloads
+
+# name -> (module, builder, package that must be importable)
+IMPLS: dict[str, tuple[str, str, str | None]] = {
+    "purelayers": ("benchmarks.impl_purelayers", "build", None),
+    "jax": ("benchmarks.impl_jax", "build", None),
+    "flax-linen": ("benchmarks.impl_flax", "build_linen", "flax"),
+    "flax-nnx": ("benchmarks.impl_flax", "build_nnx", "flax"),
+    "equinox": ("benchmarks.impl_equinox", "build", "equinox"),
+    "haiku": ("benchmarks.impl_haiku", "build", "haiku"),
+    "torch": ("benchmarks.impl_torch", "build", "torch"),
+    "purelayers-bf16": ("benchmarks.impl_purelayers", "build_bf16", None),
+    "jax-bf16": ("benchmarks.impl_jax", "build_bf16", None),
+}
+BF16 = ("purelayers-bf16", "jax-bf16")
+QUICK_IMPLS = ("purelayers", "jax")
+RESULTS = Path(__file__).parent / "results"
+
+
+def available(name: str) -> bool:
+    package = IMPLS[name][2]
+    return package is None or importlib.util.find_spec(package) is not None
+
+
+def make_runner(impl: str, w: workloads.Workload, flat: dict, x, y):
+    from benchmarks.harness import JaxRunner, TorchRunner
+
+    module, builder, _ = IMPLS[impl]
+    model = getattr(importlib.import_module(module), builder)(w, flat, x, y)
+    return TorchRunner(model) if impl == "torch" else JaxRunner(model)
+
+
+def _load() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+# -- fresh-process measurement --------------------------------------------------------------
+
+
+def child(impl: str, workload: str, quick: bool) -> dict[str, Any]:
+    """First call and memory of one implementation, measured in this process."""
+    w = workloads.get(workload, quick=quick)
+    x, y = w.data()
+    runner = make_runner(impl, w, w.flat_params(), x, y)
+    return runner.first_call()
+
+
+def first_call_subprocess(impl: str, workload: str, quick: bool) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.run", "--child", impl, workload]
+    cmd += ["--quick"] if quick else []
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 600 s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1])
+
+
+# -- one workload -----------------------------------------------------------------------------
+
+
+def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.harness import median_spread
+
+    w = workloads.get(name, quick=args.quick)
+    x, y = w.data()
+    flat = w.flat_params()
+    out: dict[str, Any] = {}
+    runners = {}
+    for impl in impls:
+        try:
+            runners[impl] = make_runner(impl, w, flat, x, y)
+        except Exception as e:  # one library failing must not lose the others' figures
+            out[impl] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"  {name}/{impl}: failed to build: {e}", file=sys.stderr)
+    for impl, r in runners.items():
+        r.compile()
+        out[impl] = {
+            "params": r.param_count(),
+            "initial_loss": r.initial_loss(),
+            **r.memory_mb(),
+        }
+        print(
+            f"  {name:12s} {impl:16s} params {out[impl]['params']:>10,d}  "
+            f"initial loss {out[impl]['initial_loss']:.6f}",
+            file=sys.stderr,
+        )
+    if not args.no_eager:
+        for impl, r in runners.items():
+            if not args.quick:
+                r.eager_forward()  # warm-up: op-by-op dispatch compiles each op once
+            samples = [r.eager_forward() for _ in range(1 if args.quick else 3)]
+            out[impl]["eager_ms"] = 1e3 * median_spread(samples)["median"]
+    reps = {}
+    for impl, r in runners.items():
+        r.run(1 if args.quick else 2)
+        per_step = r.run(1)
+        reps[impl] = 1 if args.quick else max(1, round(args.target_ms / 1e3 / per_step))
+    samples: dict[str, list[float]] = {impl: [] for impl in runners}
+    names = list(runners)
+    for k in range(args.repeats):
+        for impl in names[k % len(names) :] + names[: k % len(names)]:
+            samples[impl].append(runners[impl].run(reps[impl]))
+    for impl in runners:
+        stats = median_spread(samples[impl])
+        out[impl].update(
+            step_ms=1e3 * stats["median"],
+            step_min_ms=1e3 * stats["min"],
+            step_max_ms=1e3 * stats["max"],
+            step_iqr_rel=stats["iqr_rel"],
+            samples=len(samples[impl]),
+            steps_per_sample=reps[impl],
+        )
+    runners.clear()
+    gc.collect()
+    if args.first_call != "off":
+        for impl in impls:
+            if "error" in out[impl]:
+                continue
+            if args.first_call == "subprocess":
+                fc = first_call_subprocess(impl, name, args.quick)
+            else:
+                fc = child(impl, name, args.quick)
+            out[impl].update({k if k == "error" else f"fresh_{k}": v for k, v in fc.items()})
+    return out
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--workloads", nargs="+", choices=workloads.WORKLOADS, default=None)
+    p.add_argument(
+        "--impls",
+        nargs="+",
+        choices=list(IMPLS),
+        default=None,
+        help="default: every installed one (--quick: purelayers jax)",
+    )
+    p.add_argument("--repeats", type=int, default=None, help="rounds (default 10; --quick 1)")
+    p.add_argument(
+        "--precision",
+        choices=("f32", "bf16"),
+        default="f32",
+        help="bf16: also run purelayers and raw JAX under purelayers.precision.mixed_precision",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny shapes, one repeat")
+    p.add_argument(
+        "--first-call",
+        choices=("subprocess", "inprocess", "off"),
+        default=None,
+        help="where to measure trace + compile + first step (default: a fresh subprocess; "
+        "--quick: in this process)",
+    )
+    p.add_argument("--no-eager", action="store_true", help="skip the eager forward timing")
+    p.add_argument("--target-ms", type=float, default=200.0, help="duration of one sample")
+    p.add_argument("--json", type=Path, default=None, help="default benchmarks/results/<time>.json")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the report here")
+    p.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 10
+    if args.first_call is None:
+        args.first_call = "inprocess" if args.quick else "subprocess"
+    if args.repeats < 1:
+        p.error(f"--repeats must be >= 1, got {args.repeats}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    if args.child:
+        print(json.dumps(child(*args.child, args.quick)))
+        return {}
+    names = args.workloads or list(workloads.WORKLOADS)
+    impls = args.impls or [
+        i for i in (QUICK_IMPLS if args.quick else IMPLS) if i not in BF16 and available(i)
+    ]
+    if args.precision == "bf16":
+        impls += [i for i in BF16 if i not in impls]
+    missing = [i for i in impls if not available(i)]
+    if missing:
+        print(f"not installed, skipped: {missing} (pip install -e '.[bench]')", file=sys.stderr)
+        impls = [i for i in impls if i not in missing]
+    import jax
+
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m benchmarks.run "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "load_start": _load(),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "versions": report.versions(impls),
+        "devices": [str(d) for d in jax.devices()],
+    }
+    t0 = time.perf_counter()
+    results = {}
+    for name in names:
+        print(f"{name} ...", file=sys.stderr)
+        results[name] = bench_workload(name, impls, args)
+    meta.update(load_end=_load(), wall_s=round(time.perf_counter() - t0, 1))
+    data = {"meta": meta, "impls": impls, "results": results}
+    data["mismatched_losses"] = report.loss_mismatches(results)
+    text = report.markdown(data)
+    print(text)
+    path = args.json
+    if path is None:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}{'-quick' if args.quick else ''}.json"
+    path.write_text(json.dumps(data, indent=1))
+    print(f"\nJSON: {path}", file=sys.stderr)
+    if args.markdown:
+        args.markdown.write_text(text)
+    return data
+
+
+if __name__ == "__main__":
+    main()
