@@ -205,7 +205,7 @@ def main(argv=None) -> dict:
 
     print(
         f"mesh {dict(mesh.shape)} on {len(mesh.devices.flat)} {jax.default_backend()} devices; "
-        f"{sum(math.prod(a.shape) for a in jax.tree.leaves(params)):,} parameters"
+        f"{type(model).__name__}, {sum(math.prod(a.shape) for a in jax.tree.leaves(params)):,} parameters"
     )
     times = []
     for i in range(1, args.steps + 1):
