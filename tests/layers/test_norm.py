@@ -569,7 +569,9 @@ def test_sequential_without_state_names_the_batch_norm():
 def test_batch_norm_shape_errors():
     bn = L.BatchNorm1d()
     with pytest.raises(
-        ValueError, match=r"BatchNorm1d: input rank expected 2 or 3 \(\(N, C\) or \(N, C, L\)\)"
+        ValueError,
+        match=r"BatchNorm1d: input rank expected 2 or 3 \(N, C\) or \(N, C, L\), got 4 "
+        r"\(x.shape == \(2, 3, 4, 5\)\)",
     ):
         bn.init(jax.random.key(0), (2, 3, 4, 5))
     params, state = bn.init(jax.random.key(0), (4, 3)), bn.init_state((4, 3))
@@ -581,7 +583,9 @@ def test_batch_norm_shape_errors():
         ValueError, match=r"BatchNorm1d: training needs more than 1 value per channel"
     ):
         bn.apply(params, jnp.zeros((1, 3)), state=state, train=True)
-    with pytest.raises(ValueError, match=r"BatchNorm2d: input rank expected 4 \(\(N, C, H, W\)\)"):
+    with pytest.raises(
+        ValueError, match=r"BatchNorm2d: input rank expected 4 \(N, C, H, W\), got 3"
+    ):
         L.BatchNorm2d().init_state((2, 3, 4))
 
 
