@@ -13,7 +13,9 @@ Parameters are born sharded (``init_sharded``), the whole Adam step is one
 step's wall time, the validation loss against the unigram baseline, and with
 ``--out DIR`` saves a checkpoint (torch-loadable) and loads it back onto the mesh.
 
-The text is the docstrings of Python's standard library (no download).
+The model is ``examples/char_gpt.py``'s where that file imports (else a copy of it
+here, with the same checkpoint names); the text is the docstrings of Python's standard
+library (no download).
 
 Several hosts. Run the same command on every host with the coordinator's address::
 
