@@ -41,7 +41,7 @@ def check_rank(layer: str, shape: tuple[int, ...], nd: int) -> None:
         raise LayerError(
             layer,
             "input rank",
-            f"{nd + 2} {layout(nd)} or {nd + 1} (unbatched, {layout(nd).replace('N, ', '')})",
+            f"{nd + 2} {layout(nd)} or {nd + 1} (unbatched, {layout(nd)[1:-1].replace('N, ', '')})",
             f"{len(shape)} (x.shape == {shape})",
         )
 
