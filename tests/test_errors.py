@@ -1,0 +1,767 @@
+"""The error catalog: every error the library raises, triggered and matched by message.
+
+``CATALOG`` is one table of ``(id, trigger, exception type, message regex)``;
+``test_error`` runs each trigger and matches the message with ``pytest.raises``.
+
+How the catalog is kept complete (``test_every_raise_site_is_in_the_catalog``):
+
+1. A *raise site* is a line of library code that can start an error: a ``raise`` with an
+   exception (bare re-raises excluded), or a call of one of the raising check helpers
+   of ``purelayers/layers/_checks.py`` (``check_int``, ``check_float``,
+   ``check_choice``, ``need_key``, ``need_ndim``, ``need_axis``; the ``raise``
+   statements inside those helpers are counted at their call sites instead). An AST
+   walk over ``purelayers/`` lists them as ``(file, line)``.
+2. Each trigger's exception is traced back to the line that raised it: the innermost
+   traceback frame in ``purelayers/`` outside ``_checks.py``. A container that
+   re-raises a child's error with its path (``raise e.within(...)``) is that site.
+3. Every site in a file the catalog owns must be reached by some trigger, or be listed
+   in ``UNREACHABLE`` (function and reason). Files whose errors are tested elsewhere are
+   listed in ``TESTED_ELSEWHERE`` with their site count; a changed count fails too.
+   A file in ``purelayers/`` in neither group fails.
+
+So adding a ``raise`` (or a ``check_*`` call) anywhere in the library without adding a
+catalog entry that reaches it fails the test, naming the file, line and function; and
+a catalog entry cannot claim a site it does not reach. Sites are found by line, not
+counted per function, so one trigger cannot stand in for two sites.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+import tempfile
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import layers as L
+from purelayers.layers._checks import LayerError
+from purelayers.params import CheckpointError
+
+PKG = pathlib.Path(pl.__file__).resolve().parent
+HELPERS = {"check_int", "check_float", "check_choice", "need_key", "need_ndim", "need_axis"}
+
+# Files whose error paths are tested (with ``match=``) in their own test files, and their
+# number of raise sites: a new site there must get a test there and this count bumped.
+TESTED_ELSEWHERE = {
+    "_safetensors_io.py": (12, "tests/test_checkpoint.py (fuzzed files, each error matched)"),
+    "_sharded_io.py": (10, "tests/test_checkpoint.py and tests/test_params.py"),
+    "sharding.py": (19, "tests/test_sharding.py"),
+}
+
+# Sites no public call can reach, by (file, function): internal invariants.
+UNREACHABLE: dict[tuple[str, str], str] = {}
+
+KEY = jax.random.key(0)
+
+
+def _tmp() -> pathlib.Path:
+    return pathlib.Path(tempfile.mkdtemp(prefix="purelayers-errors-"))
+
+
+def run(layer: L.Layer, shape, x_shape=None, *, dtype=jnp.float32, x=None, **kwargs) -> Any:
+    """``layer.init`` for ``shape``, then ``apply`` to zeros of ``x_shape`` (or to ``x``).
+
+    Traced abstractly (shape errors are raised while tracing), so nothing compiles.
+    """
+
+    def go():
+        xs = jnp.zeros(shape if x_shape is None else x_shape, dtype) if x is None else x
+        return layer.apply(layer.init(KEY, shape), xs, **kwargs)
+
+    return jax.eval_shape(go)
+
+
+def traced(fn):
+    """``fn`` run under ``jax.eval_shape``: errors raised while tracing, nothing compiled."""
+    return lambda *a, **k: jax.eval_shape(lambda: fn(*a, **k))
+
+
+def jitted(layer: L.Layer, shape, x_shape, **kwargs) -> Any:
+    params = layer.init(KEY, shape)
+    fn = jax.jit(lambda p, x: layer.apply(p, x, **kwargs))
+    return fn(params, jnp.zeros(x_shape))
+
+
+def bn_run(layer, shape, x_shape=None, *, train=False, with_state=True):
+    def go():
+        state = layer.init_state(shape) if with_state else None
+        x = jnp.ones(shape if x_shape is None else x_shape)
+        return layer.apply(layer.init(KEY, shape), x, state=state, train=train)
+
+    return jax.eval_shape(go)
+
+
+@dataclasses.dataclass(frozen=True)
+class Residual(L.Layer):
+    """A custom composite calling its children through ``Layer.call``."""
+
+    norm: L.Layer
+    body: L.Layer
+
+    def init(self, key, shape, dtype=jnp.float32):
+        return {
+            "norm": self.norm.init(jax.random.fold_in(key, 0), shape, dtype),
+            "body": self.body.init(jax.random.fold_in(key, 1), shape, dtype),
+        }
+
+    def apply(self, params, x, *, key=None, train=False):
+        return x + self.call("body", params, self.call("norm", params, x), key=key, train=train)
+
+
+@traced
+def _apply_residual(x_shape):
+    block = Residual(L.LayerNorm(), L.Sequential(L.Linear(8), L.Dropout(0.5)))
+    params = block.init(KEY, (2, 8))
+    return block.apply(params, jnp.zeros(x_shape), train=True)
+
+
+@traced
+def _residual_train_without_key():
+    block = Residual(L.LayerNorm(), L.Sequential(L.Linear(8), L.Dropout(0.5)))
+    return block.apply(block.init(KEY, (2, 8)), jnp.zeros((2, 8)), train=True)
+
+
+@traced
+def _nested_sequential():
+    model = L.Sequential(L.Linear(8), L.Sequential(L.ReLU(), L.Linear(4), L.Linear(3)))
+    params = model.init(KEY, (2, 6))
+    params["1"]["2"]["weight"] = jnp.zeros((3, 5))
+    return model.apply(params, jnp.zeros((2, 6)))
+
+
+@traced
+def _sequential_init_nested():
+    return L.Sequential(L.Linear(8), L.Sequential(L.ReLU(), L.GroupNorm(3))).init(KEY, (2, 8))
+
+
+@traced
+def _transformer_child(name):
+    block = L.TransformerBlock(num_heads=2)
+    params = block.init(KEY, (1, 3, 8))
+    sub = params[name]
+    sub["weight"] = jnp.zeros((*sub["weight"].shape[:-1], 5))
+    return block.apply(params, jnp.zeros((1, 3, 8)))
+
+
+@traced
+def _repeat_apply_child():
+    model = L.Repeat(L.Linear(8), 3)
+    params = model.init(KEY, (2, 8))
+    return model.apply(params, jnp.zeros((2, 7)))
+
+
+@traced
+def _repeat_in_sequential():
+    model = L.Sequential(L.Linear(8), L.Repeat(L.TransformerBlock(num_heads=2), 2))
+    params = model.init(KEY, (1, 3, 4))
+    params["1"]["0"]["ln1"]["weight"] = jnp.ones(6)
+    params["1"]["1"]["ln1"]["weight"] = jnp.ones(6)
+    return model.apply(params, jnp.zeros((1, 3, 4)))
+
+
+@traced
+def _repeat_missing_block():
+    model = L.Repeat(L.Linear(4), 3)
+    params = model.init(KEY, (2, 4))
+    del params["1"]
+    return model.apply(params, jnp.zeros((2, 4)))
+
+
+@traced
+def _mha_apply(x_shape, init_shape=(1, 3, 8), **kwargs):
+    layer = L.MultiHeadAttention(2)
+    return layer.apply(layer.init(KEY, init_shape), jnp.zeros(x_shape), **kwargs)
+
+
+@traced
+def _mha_cache(cache_shape, x_shape=(1, 3, 8), **kw):
+    layer = L.MultiHeadAttention(2, causal=True, **kw)
+    params = layer.init(KEY, (1, 3, 8))
+    cache = layer.init_cache(cache_shape)
+    return layer.apply(params, jnp.zeros(x_shape), cache=cache)
+
+
+@traced
+def _sdpa(q, k, v, **kw):
+    return L.scaled_dot_product_attention(jnp.zeros(q), jnp.zeros(k), jnp.zeros(v), **kw)
+
+
+def _save(params, **kw):
+    return pl.params.save(_tmp() / "m.safetensors", params, **kw)
+
+
+P = {"w": jnp.zeros((2, 3))}
+
+
+@jax.custom_jvp
+def _bad_grad(x):
+    return jnp.sin(x)
+
+
+_bad_grad.defjvp(lambda primals, tangents: (jnp.sin(primals[0]), 2.0 * tangents[0]))
+
+
+def _truncated() -> pathlib.Path:
+    path = _save(P)
+    path.write_bytes(path.read_bytes()[:-3])
+    return path
+
+
+# (id, trigger, exception type, message regex)
+# fmt: off
+CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
+    # -- core: containers and paths ----------------------------------------------------
+    ("layer-apply-undefined", lambda: L.Layer().apply({}, 1.0), NotImplementedError,
+     r"^Layer does not define apply$"),
+    ("sequential-not-a-layer", lambda: L.Sequential(L.Linear(2), jnp.tanh), ValueError,
+     r"^Sequential: layers\[1\] must be a Layer, got .*; wrap plain functions in Lambda\(fn\)"),
+    ("sequential-path",
+     lambda: run(L.Sequential(L.Linear(4), L.ReLU(), L.Linear(3)), (2, 5), x=jnp.zeros((2, 6))),
+     LayerError,
+     r"^Sequential\[0\] Linear: input last axis expected 5, got 6\n  x.shape"),
+    ("sequential-nested-path", _nested_sequential, LayerError,
+     r"^Sequential\[1\.2\] Linear: input last axis expected 5, got 4"),
+    ("sequential-init-nested-path", _sequential_init_nested, LayerError,
+     r"^Sequential\[1\.1\] GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
+    ("composite-call-path", lambda: _apply_residual((2, 7)), LayerError,
+     r"^Residual\[norm\] LayerNorm: the last axis of x must be 8"),
+    ("composite-call-nested-key", _residual_train_without_key, LayerError,
+     r"^Residual\[body\.1\] Dropout: train=True draws random numbers and needs a PRNG key"),
+    ("lambda-not-callable", lambda: L.Lambda(3), ValueError,
+     r"^Lambda: fn must be callable, got 3$"),
+    ("flatten-start-dim", lambda: L.Flatten(start_dim=1.5), ValueError,
+     r"^Flatten: start_dim must be an integer >= -2147483648, got 1\.5$"),
+    ("flatten-end-dim", lambda: L.Flatten(end_dim="x"), ValueError,
+     r"^Flatten: end_dim must be an integer >= -2147483648, got 'x'$"),
+    ("flatten-axes", lambda: L.Flatten(2, 1).apply({}, jnp.zeros((2, 3, 4))), LayerError,
+     r"^Flatten: start_dim=2 and end_dim=1 must name axes of x.shape == \(2, 3, 4\)"),
+    # -- linear ------------------------------------------------------------------------
+    ("linear-out-features", lambda: L.Linear(0), ValueError,
+     r"^Linear: out_features must be a positive integer, got 0$"),
+    ("linear-init-scalar", lambda: L.Linear(2).init(KEY, ()), LayerError,
+     r"^Linear: input rank expected at least 1 \(\.\.\., in_features\), got 0 \(a scalar\)$"),
+    ("linear-last-axis-jit", lambda: jitted(L.Linear(3), (2, 4), (2, 5)), LayerError,
+     r"^Linear: input last axis expected 4, got 5\n  x.shape == \(2, 5\); Linear was "
+     r"initialized for 4 input features \(weight \(3, 4\)\)"),
+    # -- activation --------------------------------------------------------------------
+    ("activation-function-undefined",
+     lambda: L.activation._Activation().apply({}, jnp.zeros(2)), NotImplementedError,
+     r""),
+    ("leaky-relu-slope", lambda: L.LeakyReLU(float("nan")), ValueError,
+     r"^LeakyReLU: negative_slope must be a finite number, got nan$"),
+    ("elu-alpha", lambda: L.ELU("1"), ValueError, r"^ELU: alpha must be a finite number, got '1'$"),
+    ("gelu-approximate", lambda: L.GELU("fast"), ValueError,
+     r"^GELU: approximate must be one of 'none', 'tanh', got 'fast'$"),
+    ("softplus-beta", lambda: L.Softplus(beta=0.0), ValueError,
+     r"^Softplus: beta must be > 0, got 0\.0$"),
+    ("softplus-threshold", lambda: L.Softplus(threshold=float("inf")), ValueError,
+     r"^Softplus: threshold must be a finite number, got inf$"),
+    ("softmax-axis", lambda: L.Softmax(1.0), ValueError, r"^Softmax: axis must be an integer"),
+    ("log-softmax-axis", lambda: L.LogSoftmax(True), ValueError,
+     r"^LogSoftmax: axis must be an integer .*, got True$"),
+    ("prelu-num-parameters", lambda: L.PReLU(0), ValueError,
+     r"^PReLU: num_parameters must be a positive integer, got 0$"),
+    ("prelu-init-value", lambda: L.PReLU(init_value=None), ValueError,
+     r"^PReLU: init_value must be a finite number, got None$"),
+    ("prelu-channels", lambda: L.PReLU(3).init(KEY, (2, 4, 5)), LayerError,
+     r"^PReLU: input channels \(axis 1\) expected 3, got 4\n  x.shape == \(2, 4, 5\); "
+     r"PReLU\(num_parameters=3\) learns one slope per channel on axis 1$"),
+    # -- dropout -----------------------------------------------------------------------
+    ("dropout-p", lambda: L.Dropout(1.5), ValueError,
+     r"^Dropout: p must be in \[0, 1\), got 1\.5$"),
+    ("dropout-needs-key", lambda: L.Dropout(0.1).apply({}, jnp.zeros(3), train=True), LayerError,
+     r"^Dropout: train=True draws random numbers and needs a PRNG key; pass "
+     r"key=jax\.random\.key\(seed\)"),
+    # -- embedding ---------------------------------------------------------------------
+    ("embedding-num", lambda: L.Embedding(0, 4), ValueError,
+     r"^Embedding: num_embeddings must be a positive integer, got 0$"),
+    ("embedding-dim", lambda: L.Embedding(4, -1), ValueError,
+     r"^Embedding: embedding_dim must be a positive integer, got -1$"),
+    ("embedding-padding-idx", lambda: L.Embedding(4, 2, padding_idx=4), ValueError,
+     r"^Embedding: padding_idx must be in \[-4, 4\), got 4$"),
+    ("embedding-table-shape",
+     lambda: L.Embedding(4, 2).apply({"weight": jnp.zeros((5, 2))}, jnp.zeros(3, jnp.int32)),
+     LayerError,
+     r"^Embedding: weight shape expected \(4, 2\), got \(5, 2\)\n  the table"),
+    ("embedding-float-ids", lambda: run(L.Embedding(4, 2), (3,), x=jnp.zeros(3)), LayerError,
+     r"^Embedding: ids dtype expected an integer dtype, got float32\n  .*astype\(jnp\.int32\)"),
+    ("embedding-id-range",
+     lambda: L.Embedding(4, 2).apply({"weight": jnp.zeros((4, 2))}, jnp.array([0, 4, 1])),
+     LayerError,
+     r"^Embedding: id 4 at index \(1,\) is out of range for a table of 4 "
+     r"embeddings \(ids must be in \[0, 4\)\)$"),
+    # -- conv --------------------------------------------------------------------------
+    ("conv-out-channels", lambda: L.Conv2d(0, 3), ValueError,
+     r"^Conv2d: out_channels must be a positive integer, got 0$"),
+    ("conv-groups", lambda: L.Conv1d(4, 3, groups=0), ValueError,
+     r"^Conv1d: groups must be a positive integer, got 0$"),
+    ("conv-kernel-size", lambda: L.Conv2d(4, (3, 0)), ValueError,
+     r"^Conv2d: kernel_size must be a positive integer or a tuple of 2 such integers, "
+     r"got \(3, 0\)$"),
+    ("conv-out-divisible", lambda: L.Conv2d(5, 3, groups=2), ValueError,
+     r"^Conv2d: out_channels must be divisible by groups, got out_channels=5 and groups=2$"),
+    ("conv-bias-flag", lambda: L.Conv1d(4, 3, bias=1), ValueError,
+     r"^Conv1d: bias must be True or False, got 1$"),
+    ("conv-in-divisible", lambda: L.Conv2d(4, 3, groups=2).init(KEY, (1, 3, 8, 8)), LayerError,
+     r"^Conv2d: input channels must be divisible by groups=2; expected a multiple of 2, got 3"),
+    ("conv-rank", lambda: L.Conv2d(4, 3).init(KEY, (8, 8)), LayerError,
+     r"^Conv2d: input rank expected 4 \(N, C, H, W\) or 3 \(unbatched, C, H, W\), got 2 "
+     r"\(x.shape == \(8, 8\)\)$"),
+    ("conv-channels", lambda: run(L.Conv1d(4, 3), (1, 2, 8), (1, 3, 8)), LayerError,
+     r"^Conv1d: input channels \(axis 1\) expected 2, got 3\n  x.shape == \(1, 3, 8\); Conv1d "
+     r"was initialized for 2 input channels"),
+    ("conv-reflect-too-wide",
+     lambda: run(L.Conv1d(2, 3, padding=3, padding_mode="reflect"), (1, 1, 3)), LayerError,
+     r"^Conv1d: padding_mode='reflect' needs each padding smaller than the input "
+     r"size; input axis 2 size expected > 3, got 3"),
+    ("conv-kernel-does-not-fit", lambda: run(L.Conv1d(2, 5), (1, 1, 3)), LayerError,
+     r"^Conv1d: padded input size per spatial axis must hold the dilated kernel; "
+     r"expected >= \(5,\), got \(3,\)"),
+    ("conv-padding-value", lambda: L.Conv2d(4, 3, padding="full"), ValueError,
+     r"^Conv2d: padding must be 'valid', 'same', an integer >= 0 or a tuple of 2 such "
+     r"integers, got 'full'$"),
+    ("conv-same-stride", lambda: L.Conv2d(4, 3, stride=2, padding="same"), ValueError,
+     r"^Conv2d: padding='same' needs stride 1 \(as torch\), got stride=\(2, 2\)$"),
+    ("conv-padding-mode", lambda: L.Conv2d(4, 3, padding_mode="wrap"), ValueError,
+     r"^Conv2d: padding_mode must be one of .*, got 'wrap'$"),
+    ("convt-output-padding",
+     lambda: L.ConvTranspose2d(4, 3, stride=2, output_padding=2), ValueError,
+     r"^ConvTranspose2d: output_padding must be smaller than either stride or "
+     r"dilation \(max\(stride, dilation\) = \(2, 2\)\), got \(2, 2\)$"),
+    ("convt-output-size-empty",
+     lambda: run(L.ConvTranspose1d(2, 1, padding=1), (1, 1, 1)), LayerError,
+     r"^ConvTranspose1d: output size per spatial axis expected >= 1, got \(-1,\)"),
+    ("convt-output-size-arg",
+     lambda: run(L.ConvTranspose1d(2, 3, stride=2), (1, 1, 4), output_size=(9, 9)), LayerError,
+     r"^ConvTranspose1d: output_size expected 1 spatial sizes, got \(9, 9\)$"),
+    ("convt-output-size-unreachable",
+     lambda: run(L.ConvTranspose1d(2, 3, stride=2), (1, 1, 4), output_size=(12,)), LayerError,
+     r"^ConvTranspose1d: output_size must be reachable by some output_padding; "
+     r"expected each size in \[9, 10\], got \(12,\)$"),
+    # -- pool --------------------------------------------------------------------------
+    ("pool-output-empty", lambda: L.MaxPool1d(3).apply({}, jnp.zeros((1, 1, 2))), LayerError,
+     r"^MaxPool1d: output size per spatial axis expected >= 1, got"),
+    ("pool-padding-half", lambda: L.MaxPool2d(2, padding=2), ValueError,
+     r"^MaxPool2d: padding must be at most half of kernel_size \(kernel_size // 2 = \(1, 1\)\), "
+     r"got \(2, 2\)$"),
+    ("pool-ceil-mode-flag", lambda: L.AvgPool1d(2, ceil_mode="yes"), ValueError,
+     r"^AvgPool1d: ceil_mode must be True or False, got 'yes'$"),
+    ("pool-stride", lambda: L.AvgPool2d(2, stride=(1, 0)), ValueError,
+     r"^AvgPool2d: stride must be a positive integer or a tuple of 2 such integers, "
+     r"got \(1, 0\)$"),
+    ("adaptive-output-size", lambda: L.AdaptiveAvgPool2d((2, 0)), ValueError,
+     r"^AdaptiveAvgPool2d: output_size must be a positive integer or a tuple of 2 positive "
+     r"integers or None, got \(2, 0\)$"),
+    ("pool-rank", lambda: L.MaxPool2d(2).apply({}, jnp.zeros((4, 4))), LayerError,
+     r"^MaxPool2d: input rank expected 4 \(N, C, H, W\) or 3 \(unbatched, C, H, W\), got 2"),
+    # -- norm --------------------------------------------------------------------------
+    ("norm-eps", lambda: L.LayerNorm(eps=0.0), ValueError,
+     r"^LayerNorm: eps must be > 0, got 0\.0$"),
+    ("norm-int-input", lambda: run(L.LayerNorm(), (2, 4), dtype=jnp.int32), LayerError,
+     r"^LayerNorm: input dtype expected a floating dtype, got int32\n  normalization layers"),
+    ("norm-rank", lambda: L.LayerNorm(normalized_ndim=2).init(KEY, (4,)), LayerError,
+     r"^LayerNorm: input rank expected at least normalized_ndim=2, got 1 \(x.shape == \(4,\)\)$"),
+    ("norm-width", lambda: run(L.RMSNorm(), (2, 4), (2, 5)), LayerError,
+     r"^RMSNorm: the last axis of x must be 4 \(the width it was initialized with\): expected "
+     r"x.shape == \(\.\.\., 4\), got x.shape == \(2, 5\)\n  RMSNorm was initialized with"),
+    ("layernorm-normalized-ndim", lambda: L.LayerNorm(normalized_ndim=0), ValueError,
+     r"^LayerNorm: normalized_ndim must be a positive integer, got 0$"),
+    ("rmsnorm-normalized-ndim", lambda: L.RMSNorm(normalized_ndim=1.0), ValueError,
+     r"^RMSNorm: normalized_ndim must be a positive integer, got 1\.0$"),
+    ("groupnorm-channels", lambda: run(L.GroupNorm(2), (2, 4, 3), (2, 6, 3)), LayerError,
+     r"^GroupNorm: input channels \(axis 1\) expected 4, got 6\n  x.shape == \(2, 6, 3\); "
+     r"GroupNorm was initialized for 4 channels"),
+    ("groupnorm-num-groups", lambda: L.GroupNorm(0), ValueError,
+     r"^GroupNorm: num_groups must be a positive integer, got 0$"),
+    ("groupnorm-rank", lambda: L.GroupNorm(2).init(KEY, (4,)), LayerError,
+     r"^GroupNorm: input rank expected at least 2 \(N, C, \*\), got 1$"),
+    ("groupnorm-divide", lambda: L.GroupNorm(3).init(KEY, (2, 4)), LayerError,
+     r"^GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
+    ("batchnorm-momentum", lambda: L.BatchNorm1d(momentum=1.5), ValueError,
+     r"^BatchNorm1d: momentum must be in \[0, 1\], got 1\.5$"),
+    ("batchnorm-rank", lambda: L.BatchNorm2d().init(KEY, (2, 3, 4)), LayerError,
+     r"^BatchNorm2d: input rank expected 4 \(N, C, H, W\), got 3 \(x.shape == \(2, 3, 4\)\)$"),
+    ("batchnorm-missing-state",
+     lambda: bn_run(L.BatchNorm1d(), (4, 3), with_state=False), LayerError,
+     r"^BatchNorm1d: track_running_stats=True keeps running statistics in a state "
+     r"tree; pass state= from BatchNorm1d\.init_state\(shape\)"),
+    ("batchnorm-one-value", lambda: bn_run(L.BatchNorm1d(), (1, 3), train=True), LayerError,
+     r"^BatchNorm1d: training needs more than 1 value per channel for the batch variance: "
+     r"expected N \* \(spatial size\) > 1, got x.shape == \(1, 3\)$"),
+    ("batchnorm-channels-in-sequential",
+     lambda: bn_run(L.Sequential(L.Linear(4), L.BatchNorm1d()), (2, 3), (2, 5)), LayerError,
+     r"^Sequential\[0\] Linear: input last axis expected 3, got 5"),
+    # -- attention ---------------------------------------------------------------------
+    ("causal-mask-q-len", lambda: L.causal_mask(-1, 3), ValueError,
+     r"^causal_mask: q_len must be an integer >= 0, got -1$"),
+    ("causal-mask-kv-len", lambda: L.causal_mask(3, 2.0), ValueError,
+     r"^causal_mask: kv_len must be an integer >= 0, got 2\.0$"),
+    ("rope-odd", lambda: L.rotary_embedding(jnp.zeros((3, 5)), jnp.arange(3)), LayerError,
+     r"^rotary_embedding: rotary embedding needs an even head_dim; expected an even number, "
+     r"got 5\n  rotate-half"),
+    ("rope-rank", lambda: L.rotary_embedding(jnp.zeros(4), 0), LayerError,
+     r"^rotary_embedding: x rank expected at least 2 \(\[\.\.\., seq, head_dim\]\), got 1$"),
+    ("rope-positions-rank",
+     lambda: L.rotary_embedding(jnp.zeros((3, 4)), jnp.zeros((1, 3), jnp.int32)), LayerError,
+     r"^rotary_embedding: positions rank expected at most 1, got 2$"),
+    ("sdpa-mask-shape",
+     lambda: _sdpa((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4), mask=jnp.ones((5, 3), bool)),
+     LayerError,
+     r"^scaled_dot_product_attention: mask must broadcast to \(\*batch, heads, "
+     r"q_len, kv_len\); expected \(1, 2, 3, 3\), got \(5, 3\)$"),
+    ("sdpa-dropout-key",
+     lambda: _sdpa((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4), dropout_p=0.5), LayerError,
+     r"^scaled_dot_product_attention: train=True draws random numbers"),
+    ("sdpa-dropout-p",
+     lambda: _sdpa((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4), dropout_p=1.0), ValueError,
+     r"^scaled_dot_product_attention: dropout_p must be in \[0, 1\), got 1\.0$"),
+    ("sdpa-rank", lambda: _sdpa((2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)), LayerError,
+     r"^scaled_dot_product_attention: q, k and v must have the same rank, at least 3"),
+    ("sdpa-batch", lambda: _sdpa((1, 2, 3, 4), (2, 2, 3, 4), (2, 2, 3, 4)), LayerError,
+     r"^scaled_dot_product_attention: batch axes must agree, and k and v must match except "
+     r"in their last axis;\n  q.shape == \(1, 2, 3, 4\)"),
+    ("sdpa-head-dim", lambda: _sdpa((1, 2, 3, 4), (1, 2, 3, 5), (1, 2, 3, 4)), LayerError,
+     r"^scaled_dot_product_attention: k head_dim \(last axis\) expected 4, got 5$"),
+    ("sdpa-gqa", lambda: _sdpa((1, 3, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4)), LayerError,
+     r"^scaled_dot_product_attention: q's 3 heads must be a multiple of k's heads; expected "
+     r"a divisor of 3, got 2$"),
+    ("mha-num-heads", lambda: L.MultiHeadAttention(0), ValueError,
+     r"^MultiHeadAttention: num_heads must be a positive integer, got 0$"),
+    ("mha-num-kv-heads", lambda: L.MultiHeadAttention(4, num_kv_heads=0), ValueError,
+     r"^MultiHeadAttention: num_kv_heads must be a positive integer, got 0$"),
+    ("mha-kv-divides", lambda: L.MultiHeadAttention(4, num_kv_heads=3), ValueError,
+     r"^MultiHeadAttention: num_kv_heads must be a divisor of num_heads"),
+    ("mha-dropout", lambda: L.MultiHeadAttention(2, dropout=-0.1), ValueError,
+     r"^MultiHeadAttention: dropout must be in \[0, 1\), got -0\.1$"),
+    ("mha-rope-theta", lambda: L.MultiHeadAttention(2, rope_theta=0), ValueError,
+     r"^MultiHeadAttention: rope_theta must be > 0, got 0$"),
+    ("mha-head-dim", lambda: L.MultiHeadAttention(3).init(KEY, (1, 2, 8)), LayerError,
+     r"^MultiHeadAttention: embed_dim 8 \(the last axis of x\) must be divisible by num_heads "
+     r"3\n  choose num_heads among \[1, 2, 4, 8\]$"),
+    ("mha-rope-odd-head-dim",
+     lambda: L.MultiHeadAttention(2, rope=True).init(KEY, (1, 2, 6)), LayerError,
+     r"^MultiHeadAttention: rotary embedding needs an even head_dim; expected an "
+     r"even number, got 3"),
+    ("mha-init-scalar", lambda: L.MultiHeadAttention(2).init(KEY, ()), LayerError,
+     r"^MultiHeadAttention: input rank expected 2 or 3, got 0 \(a scalar\)$"),
+    ("mha-cache-shape", lambda: L.MultiHeadAttention(2).init_cache((4, 8)), LayerError,
+     r"^MultiHeadAttention: init_cache shape expected \(batch, max_len, embed_dim\), "
+     r"got \(4, 8\)$"),
+    ("mha-projection-path", lambda: _mha_apply((1, 3, 6), init_shape=(1, 3, 4)), LayerError,
+     r"^MultiHeadAttention\[qkv\] Linear: input last axis expected 4, got 6"),
+    ("mha-rank", lambda: _mha_apply((8,)), LayerError,
+     r"^MultiHeadAttention: input rank expected 2 or 3 \(\(seq, E\) or \(batch, seq, E\)\), "
+     r"got 1$"),
+    ("mha-context-with-cache", lambda: _mha_apply(
+         (1, 3, 8),
+         cache=L.MultiHeadAttention(2).init_cache((1, 4, 8)),
+         context=jnp.zeros((1, 2, 8)),
+     ), LayerError,
+     r"^MultiHeadAttention: context= \(cross-attention\) works without rope and "
+     r"without cache$"),
+    ("mha-dropout-key",
+     lambda: run(L.MultiHeadAttention(2, dropout=0.5), (1, 3, 8), train=True), LayerError,
+     r"^MultiHeadAttention: train=True draws random numbers and needs a PRNG key"),
+    ("mha-cache-mismatch", lambda: _mha_cache((2, 4, 8)), LayerError,
+     r"^MultiHeadAttention: cache keys/values shape expected \(1, 4, 2, 4\), got "
+     r"\(\(2, 4, 2, 4\), \(2, 4, 2, 4\)\)\n  make it with init_cache"),
+    ("mha-cache-too-short", lambda: _mha_cache((1, 2, 8)), LayerError,
+     r"^MultiHeadAttention: sequence length at most max_len expected 2, got 3$"),
+    # -- transformer and repeat --------------------------------------------------------
+    ("block-mlp-ratio", lambda: L.TransformerBlock(2, mlp_ratio=0), ValueError,
+     r"^TransformerBlock: mlp_ratio must be > 0, got 0$"),
+    ("block-dropout", lambda: L.TransformerBlock(2, dropout=1.0), ValueError,
+     r"^TransformerBlock: dropout must be in \[0, 1\), got 1\.0$"),
+    ("block-activation", lambda: L.TransformerBlock(2, activation="tanh"), ValueError,
+     r"^TransformerBlock: activation must be one of 'gelu', 'gelu_tanh', 'relu', 'swiglu', "
+     r"got 'tanh'$"),
+    ("block-norm", lambda: L.TransformerBlock(2, norm="batchnorm"), ValueError,
+     r"^TransformerBlock: norm must be one of 'layernorm', 'rmsnorm', got 'batchnorm'$"),
+    ("block-norm-eps", lambda: L.TransformerBlock(2, norm_eps=-1.0), ValueError,
+     r"^TransformerBlock: norm_eps must be > 0, got -1\.0$"),
+    ("block-hidden-dim", lambda: L.TransformerBlock(2, hidden_dim=0), ValueError,
+     r"^TransformerBlock: hidden_dim must be a positive integer, got 0$"),
+    ("block-attention-config", lambda: L.TransformerBlock(4, num_kv_heads=3), ValueError,
+     r"^TransformerBlock: num_kv_heads must be a divisor of num_heads"),
+    ("block-init-rank", lambda: L.TransformerBlock(2).init(KEY, (8,)), LayerError,
+     r"^TransformerBlock: input rank expected 2 or 3 \(\(seq, E\) or \(batch, seq, E\)\), "
+     r"got 1$"),
+    ("block-init-child-path", lambda: L.TransformerBlock(3).init(KEY, (1, 2, 8)), LayerError,
+     r"^TransformerBlock\[attn\] MultiHeadAttention: embed_dim 8 .* must be divisible by "
+     r"num_heads 3"),
+    ("block-apply-rank", lambda: run(L.TransformerBlock(2), (1, 3, 8), (8,)), LayerError,
+     r"^TransformerBlock: input rank expected 2 or 3"),
+    ("block-dropout-key",
+     lambda: run(L.TransformerBlock(2, dropout=0.1), (1, 3, 8), train=True), LayerError,
+     r"^TransformerBlock: train=True draws random numbers and needs a PRNG key"),
+    ("block-child-ln1", lambda: run(L.TransformerBlock(2), (1, 3, 8), (1, 3, 6)), LayerError,
+     r"^TransformerBlock\[ln1\] LayerNorm: the last axis of x must be 8"),
+    ("block-child-fc", lambda: _transformer_child("fc"), LayerError,
+     r"^TransformerBlock\[fc\] Linear: input last axis expected 5, got 8"),
+    ("repeat-layer", lambda: L.Repeat(jnp.tanh, 2), ValueError,
+     r"^Repeat: layer must be a Layer, got"),
+    ("repeat-n", lambda: L.Repeat(L.Linear(2), 0), ValueError,
+     r"^Repeat: n must be a positive integer, got 0$"),
+    ("repeat-init-path", lambda: L.Repeat(L.GroupNorm(3), 2).init(KEY, (2, 4)), LayerError,
+     r"^Repeat\[0\] GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
+    ("repeat-no-cache", lambda: L.Repeat(L.Linear(2), 2).init_cache((1, 2, 2)), LayerError,
+     r"^Repeat: Linear has no decoding cache$"),
+    ("repeat-missing-block", _repeat_missing_block, LayerError,
+     r"^Repeat: params for blocks \['1'\] are missing\n  "
+     r"expected blocks 0\.\.2, got \['0', '2'\]$"),
+    ("repeat-apply-path", _repeat_apply_child, LayerError,
+     r"^Repeat\[\*\] Linear: input last axis expected 8, got 7"),
+    ("repeat-in-sequential-path", _repeat_in_sequential, LayerError,
+     r"^Sequential\[1\.\*\.ln1\] LayerNorm: the last axis of x must be 6"),
+    # -- recurrent ---------------------------------------------------------------------
+    ("rnn-hidden-size", lambda: L.LSTM(0), ValueError,
+     r"^LSTM: hidden_size must be a positive integer, got 0$"),
+    ("rnn-bias-flag", lambda: L.GRU(4, bias="no"), ValueError,
+     r"^GRU: bias must be True or False, got 'no'$"),
+    ("lstm-forget-bias", lambda: L.LSTM(4, forget_bias="1"), ValueError,
+     r"^LSTM: forget_bias must be a finite number, got '1'$"),
+    ("lstm-forget-bias-needs-bias", lambda: L.LSTMCell(4, bias=False, forget_bias=1.0), ValueError,
+     r"^LSTMCell: forget_bias=1\.0 sets the forget-gate bias, which needs bias=True; "
+     r"got bias=False$"),
+    ("rnn-num-layers", lambda: L.RNN(4, num_layers=0), ValueError,
+     r"^RNN: num_layers must be a positive integer, got 0$"),
+    ("rnn-dropout", lambda: L.GRU(4, dropout=1.0), ValueError,
+     r"^GRU: dropout must be in \[0, 1\), got 1\.0$"),
+    ("rnn-flag", lambda: L.LSTM(4, batch_first=1), ValueError,
+     r"^LSTM: batch_first must be True or False, got 1$"),
+    ("recurrent-kind-undefined",
+     lambda: L.recurrent._Recurrent.kind.fget(L.LSTM(4)), NotImplementedError,
+     r""),
+    ("gru-reset-after", lambda: L.GRU(4, reset_after=None), ValueError,
+     r"^GRU: reset_after must be True or False, got None$"),
+    ("rnn-nonlinearity", lambda: L.RNN(4, nonlinearity="sigmoid"), ValueError,
+     r"^RNN: nonlinearity must be one of 'tanh', 'relu', got 'sigmoid'$"),
+    ("rnn-init-rank", lambda: L.LSTM(4).init(KEY, (3,)), LayerError,
+     r"^LSTM: input rank expected 2 or 3 \(\(T, B, input\) or \(T, input\)\), got 1 "
+     r"\(shape \(3,\)\)$"),
+    ("rnn-apply-rank", lambda: run(L.GRU(4), (5, 3), (3,)), LayerError,
+     r"^GRU: input rank expected 2 or 3 .*, got 1 \(x.shape == \(3,\)\)$"),
+    ("rnn-input-size", lambda: run(L.LSTM(4, batch_first=True), (2, 5, 3), (2, 5, 6)), LayerError,
+     r"^LSTM: input last axis \(input_size\) expected 3, got 6\n  x.shape == "
+     r"\(2, 5, 6\); LSTM was initialized for 3 input features$"),
+    ("rnn-dropout-key",
+     lambda: run(L.LSTM(4, num_layers=2, dropout=0.5), (5, 3), train=True), LayerError,
+     r"^LSTM: train=True draws random numbers and needs a PRNG key"),
+    ("lstm-hx-pair", lambda: run(L.LSTM(4), (5, 2, 3), hx=jnp.zeros((1, 2, 4))), LayerError,
+     r"^LSTM: hx expected a pair \(h_0, c_0\), got ArrayImpl$"),
+    ("rnn-h0-shape", lambda: run(L.GRU(4), (5, 2, 3), hx=jnp.zeros((2, 2, 4))), LayerError,
+     r"^GRU: h_0 shape expected \(1, 2, 4\), got \(2, 2, 4\)$"),
+    ("rnn-lengths-shape",
+     lambda: run(L.RNN(4), (5, 2, 3), lengths=jnp.array([5, 4, 3])), LayerError,
+     r"^RNN: lengths shape expected \(2,\), got \(3,\)\n  one length per sequence"),
+    ("rnn-lengths-dtype",
+     lambda: run(L.RNN(4), (5, 2, 3), lengths=jnp.array([5.0, 4.0])), LayerError,
+     r"^RNN: lengths dtype expected an integer dtype, got float32$"),
+    ("cell-init-rank", lambda: L.GRUCell(4).init(KEY, (2, 3, 5)), LayerError,
+     r"^GRUCell: input rank expected 1 or 2 \(\(input,\) or \(batch, input\)\), got 3 "
+     r"\(shape \(2, 3, 5\)\)$"),
+    ("cell-apply-rank", lambda: run(L.RNNCell(4), (2, 3), (1, 2, 3)), LayerError,
+     r"^RNNCell: input rank expected 1 or 2 .*, got 3 \(x.shape == \(1, 2, 3\)\)$"),
+    ("cell-input-size", lambda: run(L.LSTMCell(4), (2, 3), (2, 5)), LayerError,
+     r"^LSTMCell: input last axis \(input_size\) expected 3, got 5"),
+    ("lstm-cell-hx-pair", lambda: run(L.LSTMCell(4), (2, 3), hx=jnp.zeros((2, 4))), LayerError,
+     r"^LSTMCell: hx expected a pair \(h, c\), got ArrayImpl$"),
+    ("cell-hx-shape",
+     lambda: run(L.LSTMCell(4), (2, 3), hx=(jnp.zeros((2, 4)), jnp.zeros(4))), LayerError,
+     r"^LSTMCell: hx c shape expected \(2, 4\), got \(4,\)$"),
+    ("rnn-cell-nonlinearity", lambda: L.RNNCell(4, nonlinearity="gelu"), ValueError,
+     r"^RNNCell: nonlinearity must be one of 'tanh', 'relu', got 'gelu'$"),
+    ("gru-cell-reset-after", lambda: L.GRUCell(4, reset_after=0), ValueError,
+     r"^GRUCell: reset_after must be True or False, got 0$"),
+    # -- params: names, strict loading, save ---------------------------------------------
+    ("flatten-dotted-key", lambda: pl.params.flatten({"a.b": jnp.zeros(1)}), ValueError,
+     r"^flatten: key 'a\.b' under 'the root' cannot be a checkpoint name component "
+     r"\(empty or containing '\.'\)$"),
+    ("unflatten-empty-part", lambda: pl.params.unflatten({"a..b": 1}), ValueError,
+     r"^unflatten: 'a\.\.b' has an empty name component$"),
+    ("unflatten-array-then-group", lambda: pl.params.unflatten({"a": 1, "a.b": 2}), ValueError,
+     r"^unflatten: 'a\.b' needs 'a' to be a group, but it is an array$"),
+    ("unflatten-group-then-array", lambda: pl.params.unflatten({"a.b": 1, "a": 2}), ValueError,
+     r"^unflatten: 'a' is both an array and a group of arrays$"),
+    ("merge-clash", lambda: pl.params.merge({"w": 1}, {"w": 2}), ValueError,
+     r"^merge: 'w' is both a parameter and a buffer$"),
+    ("load-strict-keys", lambda: pl.params.load_state_dict(P, {"v": np.zeros((2, 3))}), KeyError,
+     r"load_state_dict: the checkpoint does not match the model by name; missing keys: "
+     r"\['w'\]; unexpected keys: \['v'\]"),
+    ("load-shape", lambda: pl.params.load_state_dict(P, {"w": np.zeros((3, 2))}), ValueError,
+     r"^load_state_dict: shape mismatch for w: expected \(2, 3\), got \(3, 2\)$"),
+    ("save-dtype", lambda: _save({"w": np.array(["a", "b"])}), ValueError,
+     r"^save: 'w' has dtype <U1, which safetensors cannot store; use one of"),
+    ("save-metadata-type", lambda: _save(P, metadata=[("a", "b")]), ValueError,
+     r"^save: metadata must be a dict of str to str, got \[\('a', 'b'\)\]$"),
+    ("save-metadata-values", lambda: _save(P, metadata={"epoch": 3}), ValueError,
+     r"^save: metadata must map str to str, got 'epoch': 3 \(str to int\); convert it"),
+    ("save-metadata-reserved",
+     lambda: _save(P, metadata={pl.params._io.ORDER_KEY: "x"}), ValueError,
+     r"^save: metadata key '.*' is reserved for the name order$"),
+    ("save-to-folder", lambda: pl.params.save(_tmp(), P), ValueError,
+     r"^save: .* is a folder; pass a file name such as .*, or max_shard_bytes="),
+    ("save-shard-type", lambda: _save(P, max_shard_bytes=1.5), ValueError,
+     r"^save: max_shard_bytes must be a positive int, got 1\.5$"),
+    ("save-shard-size", lambda: _save(P, max_shard_bytes=0), ValueError,
+     r"^save: max_shard_bytes must be a positive int, got 0$"),
+    ("load-missing-file", lambda: pl.params.load(_tmp() / "none.safetensors"), FileNotFoundError,
+     r"^no checkpoint at .*none\.safetensors: the file does not exist$"),
+    ("load-truncated", lambda: pl.params.load(_truncated()), CheckpointError, r"m\.safetensors"),
+    ("rename-rule-name", lambda: pl.params.rename({"a": 1}, {"": "b"}), ValueError,
+     r"^rename: rule '' is not a dotted name$"),
+    ("rename-rule-target", lambda: pl.params.rename({"a": 1}, {"a": 3}), ValueError,
+     r"^rename: rule 'a' maps to 3, not a str or None$"),
+    ("rename-mapping", lambda: pl.params.rename({"a": 1}, ["a"]), ValueError,
+     r"^rename: mapping must be a dict or a function, got \['a'\]$"),
+    ("rename-result", lambda: pl.params.rename({"a": 1}, lambda n: n + "."), ValueError,
+     r"^rename: 'a' maps to 'a\.', which is not a dotted name$"),
+    ("rename-clash", lambda: pl.params.rename({"a": 1, "b": 2}, {"a": "c", "b": "c"}), ValueError,
+     r"^rename: several names map to one name: "),
+    # -- init ----------------------------------------------------------------------------
+    ("fans-rank", lambda: pl.init.fans((3,)), ValueError,
+     r"^fans: shape must have at least 2 axes \(\[out, in, \*kernel\]\), got \(3,\)$"),
+    ("gain-param", lambda: pl.init.calculate_gain("leaky_relu", "0.1"), ValueError,
+     r"^calculate_gain: param must be a number, got '0\.1'$"),
+    ("gain-nonlinearity", lambda: pl.init.calculate_gain("swish"), ValueError,
+     r"^calculate_gain: nonlinearity must be one of .*'leaky_relu', got 'swish'$"),
+    ("orthogonal-rank", lambda: pl.init.orthogonal()(KEY, (4,), jnp.float32), ValueError,
+     r"^orthogonal: shape must have at least 2 axes, got \(4,\)$"),
+    ("uniform-range", lambda: pl.init.uniform(1.0, 1.0), ValueError,
+     r"^uniform: a must be < b, got a=1\.0, b=1\.0$"),
+    ("normal-std", lambda: pl.init.normal(std=-1.0), ValueError,
+     r"^normal: std must be >= 0, got -1\.0$"),
+    ("trunc-normal-std", lambda: pl.init.trunc_normal(std=0.0), ValueError,
+     r"^trunc_normal: std must be > 0, got 0\.0$"),
+    ("trunc-normal-range", lambda: pl.init.trunc_normal(a=2.0, b=-2.0), ValueError,
+     r"^trunc_normal: a must be < b, got a=2\.0, b=-2\.0$"),
+    ("kaiming-mode", lambda: pl.init.kaiming_normal(mode="avg"), ValueError,
+     r"^kaiming_normal: mode must be 'fan_in' or 'fan_out', got 'avg'$"),
+    # -- debug ---------------------------------------------------------------------------
+    ("debug-assert-finite", lambda: pl.debug.assert_finite({"a": jnp.array([1.0, jnp.nan])}),
+     pl.debug.CheckError,
+     r"^assert_finite: value is not finite: NaN or Inf in a \(1 of 2 entries\)$"),
+    ("debug-checked-nan", lambda: pl.debug.checked(jnp.log)(-jnp.ones(2)), pl.debug.CheckError,
+     r"^checked\(log\): a NaN appeared inside the function: nan generated by primitive: log"),
+    ("debug-checked-output", lambda: pl.debug.checked(lambda x: x * 2)(jnp.array([3e38])),
+     pl.debug.CheckError,
+     r"^checked\(.*<lambda>\): the output is not finite: NaN or Inf in value \(1 of 1 entries\)$"),
+    # -- testing -------------------------------------------------------------------------
+    ("gradcheck-no-float-args",
+     lambda: pl.testing.gradcheck(lambda i: i * 1.0, jnp.arange(3)), ValueError,
+     r"^gradcheck: no floating-point leaf in args to differentiate$"),
+    ("gradcheck-no-float-output",
+     lambda: pl.testing.gradcheck(lambda x: (x > 0).astype(jnp.int32), jnp.ones(2)), ValueError,
+     r"^gradcheck: fn returned no floating-point output"),
+    ("gradcheck-wrong-derivative",
+     lambda: pl.testing.gradcheck(_bad_grad, jnp.ones(2)), AssertionError,
+     r"^gradcheck: the reverse-mode derivative with respect to .*argument 0.* "
+     r"disagrees with central finite differences"),
+    ("allclose-names",
+     lambda: pl.testing.assert_tree_allclose({"a": 1.0}, {"b": 1.0}), AssertionError,
+     r"^tree: names differ: \['a'\] vs \['b'\]$"),
+    ("allclose-values",
+     lambda: pl.testing.assert_tree_allclose({"a": 1.0}, {"a": 2.0}), AssertionError,
+     r"^tree differs \(rtol=1e-05, atol=1e-06\): a"),
+]
+# fmt: on
+
+
+# -- the check ---------------------------------------------------------------------------
+
+_OBSERVED: dict[str, tuple[str, int]] = {}
+
+
+def _origin(exc: BaseException) -> tuple[str, int] | None:
+    """(file relative to the package, line) of the library line that raised ``exc``."""
+    found = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        path = pathlib.Path(frame.f_code.co_filename).resolve()
+        if PKG in path.parents and path.name != "_checks.py":
+            found = (path.relative_to(PKG).as_posix(), line)
+    return found
+
+
+def _trigger(entry) -> tuple[str, int] | None:
+    _, fn, exc_type, pattern = entry
+    # Unfiltered tracebacks: JAX then adds no note to the message, and every frame stays.
+    before = jax.config.jax_traceback_filtering
+    jax.config.update("jax_traceback_filtering", "off")
+    try:
+        with pytest.raises(exc_type, match=pattern) as info:
+            fn()
+    finally:
+        jax.config.update("jax_traceback_filtering", before)
+    return _origin(info.value)
+
+
+@pytest.mark.parametrize("entry", CATALOG, ids=[e[0] for e in CATALOG])
+def test_error(entry):
+    _OBSERVED[entry[0]] = _trigger(entry)
+
+
+def test_catalog_ids_unique():
+    ids = [e[0] for e in CATALOG]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+def _sites(path: pathlib.Path) -> dict[int, str]:
+    """Raise sites of one file: ``{line: enclosing function}``."""
+    tree = ast.parse(path.read_text())
+    out: dict[int, str] = {}
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{scope}.{child.name}" if scope else child.name
+            if path.name == "_checks.py" and inner.split(".")[0] in HELPERS:
+                continue
+            if (isinstance(child, ast.Raise) and child.exc is not None) or (
+                isinstance(child, ast.Call)
+                and getattr(child.func, "id", getattr(child.func, "attr", None)) in HELPERS
+            ):
+                out[child.lineno] = scope
+            visit(child, inner)
+
+    visit(tree, "")
+    return out
+
+
+def all_sites() -> dict[str, dict[int, str]]:
+    return {
+        p.relative_to(PKG).as_posix(): _sites(p)
+        for p in sorted(PKG.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+
+
+def test_every_raise_site_is_in_the_catalog():
+    for entry in CATALOG:
+        if entry[0] not in _OBSERVED:
+            _OBSERVED[entry[0]] = _trigger(entry)
+    reached = set(_OBSERVED.values())
+    problems = []
+    for file, sites in all_sites().items():
+        if file in TESTED_ELSEWHERE:
+            want = TESTED_ELSEWHERE[file][0]
+            if len(sites) != want:
+                problems.append(
+                    f"{file}: {len(sites)} raise sites, TESTED_ELSEWHERE says {want}: test the "
+                    f"new ones in {TESTED_ELSEWHERE[file][1]} and update the count"
+                )
+            continue
+        for line, func in sorted(sites.items()):
+            if (file, line) not in reached and (file, func) not in UNREACHABLE:
+                problems.append(f"{file}:{line} (in {func or 'module'}) is reached by no entry")
+    stale = [k for k in UNREACHABLE if k[1] not in all_sites().get(k[0], {}).values()]
+    problems += [f"UNREACHABLE lists {k}, which raises nothing" for k in stale]
+    assert not problems, "\n".join(problems)
