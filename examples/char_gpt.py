@@ -122,7 +122,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--steps", type=int, default=1000, help="training steps (default 1000)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64, help="characters per training window")
     p.add_argument("--width", type=int, default=128, help="embedding width")
     p.add_argument("--heads", type=int, default=4)

@@ -129,7 +129,7 @@ def test_block_cached_decoding_equals_full_forward(llama):
     x = jax.random.normal(jax.random.key(1), (b, t, e))
     full = block.apply(params, x)
     step = jax.jit(lambda p, x, c: block.apply(p, x, cache=c))
-    for chunks in ([1] * t, [2, 3, 1]):
+    for chunks in ([1] * t, [2, 2, 2]):
         cache, outs, start = block.init_cache((b, 8, e)), [], 0
         for n in chunks:
             y, cache = step(params, x[:, start : start + n], cache)
@@ -173,11 +173,11 @@ def test_block_errors():
 
 def test_repeat_equals_unrolled_sequential():
     block = TransformerBlock(2, dropout=0.1)
-    rep, seq = Repeat(block, 3), Sequential(block, block, block)
+    rep, seq = Repeat(block, 2), Sequential(block, block)
     params = rep.init(jax.random.key(0), (2, 4, 8))
     jax.tree.map(np.testing.assert_array_equal, params, seq.init(jax.random.key(0), (2, 4, 8)))
     assert list(P.flatten(params))[:2] == ["0.ln1.weight", "0.ln1.bias"]
-    assert list(P.flatten(params))[-1] == "2.proj.bias"
+    assert list(P.flatten(params))[-1] == "1.proj.bias"
     x = jax.random.normal(jax.random.key(1), (2, 4, 8))
     np.testing.assert_allclose(rep.apply(params, x), seq.apply(params, x), rtol=1e-5, atol=1e-6)
     key = jax.random.key(3)
@@ -188,8 +188,8 @@ def test_repeat_equals_unrolled_sequential():
         atol=1e-6,
     )
     loss = lambda m: lambda p: jnp.sum(m.apply(p, x) ** 2)  # noqa: E731
-    g_rep = jax.grad(loss(Repeat(block, 3, remat=True)))(params)
-    g_seq = jax.grad(loss(seq))(params)
+    g_rep = jax.jit(jax.grad(loss(Repeat(block, 2, remat=True))))(params)
+    g_seq = jax.jit(jax.grad(loss(seq)))(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_rep, g_seq)
 
 
