@@ -25,6 +25,7 @@ from purelayers.layers import (
     Sequential,
 )
 from purelayers.testing import gradcheck
+from tests.layers._jit_parity import assert_jit_parity
 from tests.parity import check_parity, load_from_torch
 
 _OWN_ARGS = ("out_channels", "kernel_size", "weight_init", "bias_init")
@@ -42,21 +43,29 @@ def torch_twin(torch, layer, in_channels):
 
 
 def assert_parity(torch, layer, shape, *, seed=0, **apply_kwargs):
-    """Weights copied from torch by name; outputs and all gradients within 1e-4 relative."""
+    """Weights copied from torch by name (names and order checked); outputs and all
+    gradients within 1e-4 relative."""
     torch.manual_seed(seed)
     module = torch_twin(torch, layer, shape[-layer._nd - 1])
     params = load_from_torch(layer, module, shape)
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    check_parity(
+    assert_jit_parity(
         torch,
         module,
         lambda p, x: layer.apply(p, x, **apply_kwargs),
         params,
-        [x],
+        x,
         torch_fn=lambda m, x: m(x, **apply_kwargs),
-        rtol=1e-4,
-        atol=1e-5,
     )
+
+
+def test_parity_helper_agrees_with_check_parity(torch):
+    """The one-compilation helper above against the suite's ``check_parity``."""
+    layer = Conv2d(4, 3, stride=2, padding=1, groups=2)
+    module = torch_twin(torch, layer, 2)
+    params = load_from_torch(layer, module, (2, 2, 6, 5))
+    x = np.random.default_rng(0).standard_normal((2, 2, 6, 5)).astype(np.float32)
+    check_parity(torch, module, layer.apply, params, [x], rtol=1e-4, atol=1e-5)
 
 
 def test_worked_example_mnist_shape():
@@ -79,33 +88,24 @@ def test_worked_example_values():
 
 
 CONV_CASES = [
-    (Conv1d(4, 3), (2, 3, 9)),
     (Conv1d(4, 3, stride=2, padding=1), (2, 3, 10)),
     (Conv1d(4, 4, padding="same"), (2, 3, 9)),
-    (Conv1d(4, 3, padding="valid", dilation=2), (2, 3, 11)),
-    (Conv1d(6, 3, groups=3, bias=False), (2, 6, 8)),
-    (Conv1d(6, 3, groups=6, padding=1), (2, 6, 8)),
-    (Conv1d(4, 3, padding=2, padding_mode="reflect"), (2, 3, 7)),
-    (Conv1d(4, 3, padding=2, padding_mode="replicate"), (2, 3, 7)),
+    (Conv1d(6, 3, padding="valid", dilation=2, groups=3, bias=False), (2, 6, 11)),
+    (Conv1d(6, 3, groups=6, padding=2, padding_mode="reflect"), (2, 6, 7)),
     (Conv1d(4, 3, padding=2, padding_mode="circular"), (2, 3, 7)),
-    (Conv2d(5, 3), (2, 3, 7, 8)),
     (Conv2d(5, (3, 2), stride=(2, 1), padding=(1, 0)), (2, 3, 9, 8)),
     (Conv2d(5, 3, stride=2, padding=1, dilation=2), (2, 3, 9, 10)),
     (Conv2d(4, (4, 3), padding="same", dilation=(2, 1)), (2, 3, 9, 8)),
-    (Conv2d(6, 3, padding="same", padding_mode="reflect"), (2, 4, 6, 7)),
-    (Conv2d(6, 2, groups=2, padding=1), (2, 4, 6, 6)),
+    (Conv2d(6, 3, padding="same", padding_mode="reflect", groups=2), (2, 4, 6, 7)),
     (Conv2d(8, 3, groups=4, padding=1, stride=2), (2, 4, 7, 7)),
-    (Conv2d(4, 3, padding=(2, 1), padding_mode="reflect"), (2, 3, 6, 5)),
-    (Conv2d(4, 3, padding=(2, 1), padding_mode="replicate"), (2, 3, 6, 5)),
-    (Conv2d(4, 3, padding=(2, 3), padding_mode="circular"), (2, 3, 6, 5)),
-    (Conv2d(4, 2, bias=False, stride=(1, 3)), (1, 2, 5, 9)),
-    (Conv3d(4, 2), (2, 3, 4, 5, 4)),
+    (Conv2d(4, 3, padding=(2, 1), padding_mode="replicate", bias=False), (2, 3, 6, 5)),
+    (Conv2d(4, 3, padding=(2, 3), padding_mode="circular", stride=(1, 3)), (2, 3, 6, 5)),
     (
         Conv3d(4, (3, 2, 2), stride=(1, 2, 1), padding=(1, 0, 1), dilation=(1, 1, 2)),
         (1, 2, 5, 6, 5),
     ),
     (Conv3d(4, 3, groups=2, padding="same"), (1, 4, 4, 4, 4)),
-    (Conv3d(3, 2, groups=3, padding=1, padding_mode="circular"), (1, 3, 3, 4, 3)),
+    (Conv3d(3, 2, groups=3, padding=1, padding_mode="replicate"), (1, 3, 3, 4, 3)),
 ]
 
 
@@ -115,12 +115,9 @@ def test_conv_parity(torch, layer, shape):
 
 
 TRANSPOSED_CASES = [
-    (ConvTranspose1d(4, 3), (2, 3, 6)),
     (ConvTranspose1d(4, 3, stride=2, padding=1, output_padding=1), (2, 3, 6)),
     (ConvTranspose1d(6, 3, stride=3, dilation=2, output_padding=1, groups=3), (2, 3, 5)),
     (ConvTranspose1d(4, 2, padding=2, bias=False), (2, 3, 6)),
-    (ConvTranspose2d(5, 3), (2, 3, 4, 5)),
-    (ConvTranspose2d(5, 4, stride=2, padding=1), (2, 3, 5, 4)),
     (
         ConvTranspose2d(4, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2)),
         (2, 3, 4, 4),
@@ -142,7 +139,6 @@ def test_transposed_parity(torch, layer, shape):
     [
         (Conv1d(4, 3, padding=1), (3, 7)),
         (Conv2d(4, 3, stride=2, padding_mode="reflect", padding=1), (3, 6, 5)),
-        (Conv3d(2, 2, groups=2), (2, 3, 3, 3)),
         (ConvTranspose2d(2, 3, stride=2), (3, 4, 4)),
     ],
     ids=repr,
@@ -153,11 +149,11 @@ def test_unbatched_input_parity(torch, layer, shape):
 
 def test_transposed_output_size_parity(torch):
     layer = ConvTranspose2d(3, 3, stride=3, padding=1)
-    for size in [(10, 11), (12, 10), (1, 3, 11, 12)]:
+    for size in [(10, 12), (1, 3, 11, 10)]:
         assert_parity(torch, layer, (1, 2, 4, 4), output_size=size)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(
     k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
     stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
@@ -175,7 +171,7 @@ def test_conv2d_parity_property(torch, k, stride, padding, dilation, groups, ext
     assert_parity(torch, layer, (2, groups, *spatial))
 
 
-@settings(max_examples=20, deadline=None, derandomize=True)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(
     k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
     stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
@@ -185,11 +181,13 @@ def test_conv2d_parity_property(torch, k, stride, padding, dilation, groups, ext
     data=st.data(),
 )
 def test_conv_transpose2d_parity_property(torch, k, stride, dilation, groups, size, data):
-    padding = tuple(
-        data.draw(st.integers(0, d * (k_ - 1))) for d, k_ in zip(dilation, k, strict=True)
-    )
     output_padding = tuple(
         data.draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation, strict=True)
+    )
+    # Padding up to d * (k - 1), and small enough that every output axis keeps >= 1 entry.
+    padding = tuple(
+        data.draw(st.integers(0, min(d * (k_ - 1), ((n - 1) * s + d * (k_ - 1) + op) // 2)))
+        for n, s, d, k_, op in zip(size, stride, dilation, k, output_padding, strict=True)
     )
     layer = ConvTranspose2d(
         3 * groups,

@@ -25,7 +25,7 @@ from purelayers.layers import (
     Sequential,
 )
 from purelayers.testing import gradcheck
-from tests.parity import check_parity
+from tests.layers._jit_parity import assert_jit_parity
 
 
 def torch_twin(torch, layer):
@@ -41,8 +41,7 @@ def assert_parity(torch, layer, shape, *, ties=False, seed=0):
         x = rng.integers(0, 3, shape).astype(np.float32)
     else:
         x = rng.standard_normal(shape).astype(np.float32)
-    fn = jax.jit(lambda p, x: layer.apply(p, x))
-    check_parity(torch, torch_twin(torch, layer), fn, {}, [x], rtol=1e-4, atol=1e-5)
+    assert_jit_parity(torch, torch_twin(torch, layer), layer.apply, {}, x)
 
 
 def test_worked_examples():
