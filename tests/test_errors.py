@@ -12,7 +12,7 @@ How the catalog is kept complete (``test_every_raise_site_is_in_the_catalog``):
    statements inside those helpers are counted at their call sites instead). An AST
    walk over ``purelayers/`` lists them as ``(file, line)``.
 2. Each trigger's exception is traced back to the line that raised it: the innermost
-   traceback frame in ``purelayers/`` outside ``_checks.py``. A container that
+   traceback frame in ``purelayers/`` outside the check helpers. A container that
    re-raises a child's error with its path (``raise e.within(...)``) is that site.
 3. Every site in a file the catalog owns must be reached by some trigger, or be listed
    in ``UNREACHABLE`` (function and reason). Files whose errors are tested elsewhere are
@@ -138,6 +138,22 @@ def _nested_sequential():
 
 
 @traced
+def _sequential_missing_child():
+    model = L.Sequential(L.Linear(8), L.ReLU(), L.Linear(3))
+    params = model.init(KEY, (2, 6))
+    del params["2"]
+    return model.apply(params, jnp.zeros((2, 6)))
+
+
+@traced
+def _residual_missing_child():
+    block = Residual(L.Linear(8), L.Sequential(L.Linear(8)))
+    params = block.init(KEY, (2, 8))
+    del params["norm"]
+    return block.apply(params, jnp.zeros((2, 8)))
+
+
+@traced
 def _sequential_init_nested():
     return L.Sequential(L.Linear(8), L.Sequential(L.ReLU(), L.GroupNorm(3))).init(KEY, (2, 8))
 
@@ -235,6 +251,14 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Residual\[norm\] LayerNorm: the last axis of x must be 8"),
     ("composite-call-nested-key", _residual_train_without_key, LayerError,
      r"^Residual\[body\.1\] Dropout: train=True draws random numbers and needs a PRNG key"),
+    ("sequential-missing-child-params", _sequential_missing_child, LayerError,
+     r"^Sequential\[2\] Linear: params has no entry 'weight'\n  got keys \[\]; pass the "
+     r"tree init returned"),
+    ("composite-call-missing-params", _residual_missing_child, LayerError,
+     r"^Residual\[norm\] Linear: params has no entry 'weight'\n  got keys \[\]"),
+    ("init-shape-type", lambda: L.Linear(4).init(KEY, None), ValueError,
+     r"^init: shape must be the input's shape \(a tuple of ints\) or an example array "
+     r"\(or jax\.ShapeDtypeStruct\), got None$"),
     ("lambda-not-callable", lambda: L.Lambda(3), ValueError,
      r"^Lambda: fn must be callable, got 3$"),
     ("flatten-start-dim", lambda: L.Flatten(start_dim=1.5), ValueError,
@@ -685,7 +709,7 @@ def _origin(exc: BaseException) -> tuple[str, int] | None:
     found = None
     for frame, line in traceback.walk_tb(exc.__traceback__):
         path = pathlib.Path(frame.f_code.co_filename).resolve()
-        if PKG in path.parents and path.name != "_checks.py":
+        if PKG in path.parents and frame.f_code.co_name not in HELPERS:
             found = (path.relative_to(PKG).as_posix(), line)
     return found
 

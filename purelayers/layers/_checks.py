@@ -123,7 +123,25 @@ def as_shape(shape: Any) -> tuple[int, ...]:
         return tuple(int(d) for d in shape.shape)
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
-    return tuple(int(d) for d in shape)
+    try:
+        return tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"init: shape must be the input's shape (a tuple of ints) or an example array "
+            f"(or jax.ShapeDtypeStruct), got {shape!r}"
+        ) from None
+
+
+def missing_params(layer: str, err: KeyError, params: Any) -> LayerError:
+    """A layer's ``KeyError`` on its own params, as an error that names the layer."""
+    keys = sorted(params) if isinstance(params, dict) else type(params).__name__
+    return LayerError(
+        layer,
+        f"params has no entry {err.args[0]!r}",
+        None,
+        None,
+        f"got keys {keys}; pass the tree init returned (is a child's entry missing?)",
+    )
 
 
 def input_dtype(shape: Any, default: Any) -> Any:

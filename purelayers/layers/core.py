@@ -15,7 +15,13 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers._checks import LayerError, as_shape, check_int, input_dtype
+from purelayers.layers._checks import (
+    LayerError,
+    as_shape,
+    check_int,
+    input_dtype,
+    missing_params,
+)
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
@@ -104,10 +110,16 @@ class Layer:
         Shape errors raised inside the child then name its path (``Block[attn] ...``).
         """
         child = getattr(self, name)
+        p = params.get(name, {})
         try:
-            return child.apply(params.get(name, {}), x, *args, **kwargs)
+            return child.apply(p, x, *args, **kwargs)
         except LayerError as e:
             raise e.within(type(self).__name__, name) from None
+        except KeyError as e:
+            if not e.args or e.args[0] in p:
+                raise
+            err = missing_params(type(child).__name__, e, p)
+            raise err.within(type(self).__name__, name) from None
 
     def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
         """``tree`` (params, state, or both merged) re-listed in PyTorch's order.
@@ -246,6 +258,12 @@ class Sequential(Layer):
                     x = layer.apply(p, x, key=child_key, train=train)
             except LayerError as e:
                 raise e.within("Sequential", name) from None
+            except KeyError as e:
+                if not e.args or e.args[0] in p:
+                    raise
+                raise missing_params(type(layer).__name__, e, p).within(
+                    "Sequential", name
+                ) from None
         return x if state is None else (x, new_state)
 
 
