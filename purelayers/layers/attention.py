@@ -143,6 +143,14 @@ def _to4(m: Any, batch: tuple[int, ...], heads: int, t: int, s: int, name: str, 
     """A mask or bias broadcastable to ``(*batch, heads, t, s)`` as a 4-D
     ``(B or 1, heads or 1, t or 1, s or 1)`` array."""
     m = jnp.asarray(m)
+    if name == "mask" and not (m.dtype == jnp.bool_ or jnp.issubdtype(m.dtype, jnp.floating)):
+        raise LayerError(
+            layer,
+            "mask dtype",
+            "bool (True attends) or floating (added to the scores)",
+            m.dtype,
+            "an integer mask is ambiguous; use mask.astype(bool) for a keep-mask",
+        )
     target = (*batch, heads, t, s)
     if m.ndim > len(target) or any(
         d not in (1, want) for d, want in zip(m.shape[::-1], target[::-1], strict=False)
@@ -547,14 +555,11 @@ class MultiHeadAttention(Layer):
         mask4 = None
         if mask is not None:
             mask4 = _to4(mask, (b,), h, t, s, "mask", "MultiHeadAttention")
-        if extra is not None:
-            mask4 = (
-                extra
-                if mask4 is None
-                else (
-                    mask4 & extra if mask4.dtype == jnp.bool_ else jnp.where(extra, mask4, -jnp.inf)
-                )
-            )
+        if extra is not None and mask4 is None:
+            mask4 = extra
+        elif extra is not None:  # a float mask forbids with -inf
+            forbidden = jnp.asarray(False if mask4.dtype == jnp.bool_ else -jnp.inf, mask4.dtype)
+            mask4 = jnp.where(extra, mask4, forbidden)
         bias4 = None
         if mask4 is not None and mask4.dtype != jnp.bool_:
             mask4, bias4 = None, mask4

@@ -456,3 +456,19 @@ def test_cache_errors():
         layer.init_cache((1, 8))
     with pytest.raises(ValueError, match="cache keys/values shape"):
         layer.apply(params, jnp.zeros((2, 1, 8)), cache=layer.init_cache((1, 4, 8)))
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_cached_decoding_with_a_key_mask(kind):
+    """A mask over the cache's max_len keys combines with the cache's causal mask."""
+    layer = MultiHeadAttention(2, causal=True)
+    params = layer.init(jax.random.key(0), (1, 4, 8))
+    x = jax.random.normal(jax.random.key(1), (1, 4, 8))
+    keep = jnp.array([True, False, True, True, True, True])[None, None, None, :]
+    mask = keep if kind == "bool" else jnp.where(keep, 0.0, -jnp.inf)
+    full = layer.apply(params, x, mask=mask[..., :4])
+    cache, outs = layer.init_cache((1, 6, 8)), []
+    for i in range(4):
+        y, cache = layer.apply(params, x[:, i : i + 1], cache=cache, mask=mask)
+        outs.append(y)
+    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), full, rtol=1e-5, atol=1e-5)
