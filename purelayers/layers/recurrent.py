@@ -10,12 +10,20 @@ How a sequence layer runs (chosen by measurement, see ``benchmarks/recurrent.py`
   directions, is one matrix product before the recurrence;
 - the recurrence is one ``lax.scan`` over time for both directions at once (their
   states stacked on a leading axis), whose body holds only ``h @ weight_hh.T`` and the
-  gate arithmetic, so compile time does not grow with sequence length.
+  gate arithmetic, so compile time does not grow with sequence length;
+- the derivative of the Elman, LSTM and (torch) GRU recurrences is written in forward
+  mode (``jax.custom_jvp``) with the weight term ``h_{t-1} @ dweight_hh.T`` computed for
+  all steps at once; JAX's transpose of it (reverse mode) then carries only
+  ``dgates_t @ weight_hh`` through the backward loop and forms the ``weight_hh``
+  gradient as one product over all steps after it, as cuDNN and PyTorch do, instead of
+  accumulating it step by step. Forward mode, reverse mode, ``vmap`` and higher
+  derivatives all work.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any, ClassVar
 
@@ -38,6 +46,7 @@ from purelayers.layers._recurrent_cells import (
     Kind,
     LSTMCell,
     RNNCell,
+    add,
     check_common,
     compute_dtype,
     hmm,
@@ -53,8 +62,14 @@ from purelayers.layers.dropout import dropout
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 
-# Time steps per scan iteration. Measured on CPU (benchmarks/recurrent.py).
+# Time steps per scan iteration. On CPU (LSTM, batch 32, input 64, hidden 256, seq 100,
+# forward and backward) unrolling 2 or 4 steps was 10-15% slower than 1, and 8 slower
+# still: XLA:CPU gains nothing from a longer loop body here. See benchmarks/recurrent.py.
 _UNROLL = 1
+# Use ``_recurrence``'s hand-written derivative (weight gradient as one product after the
+# backward loop) rather than JAX's derivative of the scan (accumulated inside it). Both
+# are exact; the former measured 2-6% less CPU time on that workload, not more.
+_HOIST_WEIGHT_GRADIENT = True
 
 
 def _reverse_time(a: jax.Array, lengths: jax.Array | None) -> jax.Array:
@@ -89,7 +104,6 @@ def _run_layer(
         b_in = jnp.concatenate([p[1] for p in parts], axis=0)
         gi = gi + b_in.reshape(1, 1, -1)
     gates = gi.shape[-1] // directions
-    step = make_step(kind)
     if directions == 1:
         recurrent = parts[0][2]
         state = tuple(s[0] for s in state0)
@@ -102,22 +116,98 @@ def _run_layer(
         )
         state = state0
 
-    def body(carry, inp):
-        g_t, t = inp
-        new, h = step(g_t, carry, recurrent)
-        if lengths is not None:
-            valid = (t < lengths).reshape((1,) * (h.ndim - 2) + (batch, 1))
-            new = tuple(jnp.where(valid, n, c) for n, c in zip(new, carry, strict=True))
-            h = jnp.where(valid, h, jnp.zeros_like(h))
-        return new, h
-
-    ts = jnp.arange(steps, dtype=jnp.int32)
-    final, ys = lax.scan(body, state, (gi, ts), unroll=min(_UNROLL, max(steps, 1)))
+    unroll = min(_UNROLL, max(steps, 1))
+    if kind.cell is not None and _HOIST_WEIGHT_GRADIENT:
+        w_hh, b_hh = recurrent
+        final, ys = _recurrence(kind.cell, unroll, gi, state, w_hh, b_hh, lengths)
+    else:
+        step = make_step(kind)
+        final, ys, _ = _scan(
+            lambda g, st, r: (*step(g, st, r), None), unroll, gi, state, recurrent, lengths
+        )
     if directions == 1:
         return ys, tuple(f[None] for f in final)
     rev = _reverse_time(ys[:, 1], lengths)
     out = jnp.concatenate([ys[:, 0], rev], axis=-1)
     return out, final
+
+
+def _mask(new: tuple, h: jax.Array, old: tuple, t: jax.Array, lengths: jax.Array | None):
+    """Past a sequence's length its state is held and its output is zero."""
+    if lengths is None:
+        return new, h
+    valid = (t < lengths).reshape((1,) * (h.ndim - 2) + (h.shape[-2], 1))
+    new = tuple(jnp.where(valid, n, o) for n, o in zip(new, old, strict=True))
+    return new, jnp.where(valid, h, jnp.zeros_like(h))
+
+
+def _scan(step, unroll: int, gi, state0, recurrent, lengths, keep: bool = False):
+    """The recurrence over time: ``(final state, outputs, per-step extras)``.
+
+    ``step(gi_t, state, recurrent) -> (state', h_t, extras)``; with ``keep`` the extras
+    (here the recurrent pre-activations and the states) are stacked over time."""
+
+    def body(carry, inp):
+        g_t, t = inp
+        new, h, extra = step(g_t, carry, recurrent)
+        new, h = _mask(new, h, carry, t, lengths)
+        return new, ((h, extra, new) if keep else h)
+
+    ts = jnp.arange(gi.shape[0], dtype=jnp.int32)
+    final, out = lax.scan(body, state0, (gi, ts), unroll=unroll)
+    return (final, *out) if keep else (final, out, None)
+
+
+def _standard_step(cell):
+    def step(gi, state, recurrent):
+        w_hh, b_hh = recurrent
+        gh = add(hmm(state[0], w_hh), b_hh)
+        new, h = cell(gi, gh, state)
+        return new, h, gh
+
+    return step
+
+
+def _all_steps(h: jax.Array, w: jax.Array) -> jax.Array:
+    """``h @ w.T`` for every step at once: ``h`` ``(T, [D,] B, H)``, ``w`` ``([D,] G, H)``."""
+    if w.ndim == 3:
+        out = lax.dot_general(h, w, (((3,), (2,)), ((1,), (0,))))  # (D, T, B, G)
+        return out.swapaxes(0, 1)
+    return hmm(h, w)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _recurrence(cell, unroll, gi, state0, w_hh, b_hh, lengths):
+    """``state_t = cell(gi_t, h_{t-1} @ w_hh.T + b_hh, state_{t-1})`` over time.
+
+    Its derivative is written in forward mode so that the weight term
+    ``h_{t-1} @ dw_hh.T`` is one product over all steps, outside the loop; JAX's
+    transpose of it then computes the ``w_hh`` gradient as one product after the backward
+    scan, which carries only ``dgh_t @ w_hh``."""
+    final, ys, _ = _scan(_standard_step(cell), unroll, gi, state0, (w_hh, b_hh), lengths)
+    return final, ys
+
+
+@_recurrence.defjvp
+def _recurrence_jvp(cell, unroll, primals, tangents):
+    gi, state0, w_hh, b_hh, lengths = primals
+    d_gi, d_state0, d_w, d_b, _ = tangents
+    step = _standard_step(cell)
+    final, ys, gh, states = _scan(step, unroll, gi, state0, (w_hh, b_hh), lengths, True)
+    prev = tuple(jnp.concatenate([s0[None], s[:-1]]) for s0, s in zip(state0, states, strict=True))
+    d_gh = _all_steps(prev[0], d_w)
+    if b_hh is not None:
+        d_gh = d_gh + d_b[None]
+
+    def body(d_carry, inp):
+        d_gi_t, d_gh_t, gi_t, gh_t, prev_t, t = inp
+        d_gh_t = d_gh_t + hmm(d_carry[0], w_hh)
+        _, (d_new, d_h) = jax.jvp(cell, (gi_t, gh_t, prev_t), (d_gi_t, d_gh_t, d_carry))
+        return _mask(d_new, d_h, d_carry, t, lengths)
+
+    ts = jnp.arange(gi.shape[0], dtype=jnp.int32)
+    d_final, d_ys = lax.scan(body, d_state0, (d_gi, d_gh, gi, gh, prev, ts), unroll=unroll)
+    return (final, ys), (d_final, d_ys)
 
 
 def _stack_dirs(arrays: list[jax.Array]) -> jax.Array:

@@ -1,0 +1,528 @@
+"""Recurrent layers: torch parity (outputs, final states, gradients), names and order,
+gradcheck, padded batches vs packed sequences, Cho's GRU, compile behaviour, errors."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import purelayers as pl
+from purelayers import layers as L
+from tests.parity import load_from_torch
+
+IN, H, T, B = 3, 4, 5, 2
+
+SEQ = {"RNN": L.RNN, "LSTM": L.LSTM, "GRU": L.GRU}
+CELLS = {"RNNCell": L.RNNCell, "LSTMCell": L.LSTMCell, "GRUCell": L.GRUCell}
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _randn(shape, seed=0):
+    return _rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _to_torch(torch, tree):
+    if tree is None:
+        return None
+    if isinstance(tree, (tuple, list)):
+        return tuple(_to_torch(torch, t) for t in tree)
+    return torch.tensor(tree, requires_grad=True)
+
+
+def _torch_leaves(out):
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _torch_leaves(o)]
+    return [out]
+
+
+def _parity(torch, module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, **apply_kw):
+    """Outputs, and gradients (for a random cotangent) w.r.t. x, hx and every parameter,
+    equal torch's.
+
+    The JAX side runs op by op (``disable_jit``): the scan becomes a Python loop whose
+    small primitives compile once for the whole file, where a jitted program per flag
+    combination would compile anew each time. ``jit`` itself is tested separately."""
+    params = load_from_torch(layer, module, x.shape)
+    xt, hxt = _to_torch(torch, x), _to_torch(torch, hx)
+    t_out = _torch_leaves(module(xt) if hx is None else module(xt, hxt))
+    cots = [_randn(tuple(t.shape), seed=i + 1) for i, t in enumerate(t_out)]
+    sum((t * torch.tensor(c)).sum() for t, c in zip(t_out, cots, strict=True)).backward()
+
+    def run(params, x, hx, cots):
+        def f(params, x, hx):
+            return jax.tree.leaves(layer.apply(params, x, hx, **apply_kw))
+
+        outs, vjp = jax.vjp(f, params, x, hx)
+        return outs, vjp(cots)
+
+    with jax.disable_jit():
+        j_out, (g_params, g_x, g_hx) = run(params, x, hx, cots)
+    assert len(j_out) == len(t_out)
+    for i, (j, t) in enumerate(zip(j_out, t_out, strict=True)):
+        assert j.shape == tuple(t.shape), f"output {i}"
+        np.testing.assert_allclose(j, t.detach().numpy(), rtol=rtol, atol=atol, err_msg=f"out {i}")
+    named = dict(module.named_parameters())
+    for name, g in pl.params.flatten(g_params).items():
+        np.testing.assert_allclose(g, named[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
+    np.testing.assert_allclose(g_x, xt.grad.numpy(), rtol=rtol, atol=atol, err_msg="grad x")
+    if hx is not None:
+        for j, t in zip(jax.tree.leaves(g_hx), _torch_leaves(hxt), strict=True):
+            np.testing.assert_allclose(j, t.grad.numpy(), rtol=rtol, atol=atol, err_msg="grad hx")
+    return params
+
+
+def _hx(kind, lead, batched, seed=7):
+    shape = (lead, B, H) if batched else (lead, H)
+    if lead is None:
+        shape = (B, H) if batched else (H,)
+    h = _randn(shape, seed)
+    return (h, _randn(shape, seed + 1)) if kind.startswith("LSTM") else h
+
+
+# -- cells --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CELLS))
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("given_hx", [True, False])
+def test_cell_torch_parity(torch, name, bias, batched, given_hx):
+    module = getattr(torch.nn, name)(IN, H, bias=bias)
+    layer = CELLS[name](H, bias=bias)
+    x = _randn((B, IN) if batched else (IN,))
+    hx = _hx(name, None, batched) if given_hx else None
+    _parity(torch, module, layer, x, hx)
+
+
+def test_rnn_cell_relu_parity(torch):
+    module = torch.nn.RNNCell(IN, H, nonlinearity="relu")
+    _parity(torch, module, L.RNNCell(H, nonlinearity="relu"), _randn((B, IN)), _randn((B, H), 3))
+
+
+@pytest.mark.parametrize("name", list(CELLS))
+def test_cell_gradcheck(name):
+    layer = CELLS[name](3)
+    params = layer.init(jax.random.key(0), (2, 2))
+    x = jnp.asarray(_randn((2, 2)))
+    hx = _hx(name.replace("Cell", "") + "Cell", None, True)
+    hx = jax.tree.map(lambda a: jnp.asarray(a[:2, :3]), hx)
+    assert pl.testing.gradcheck(layer.apply, params, x, hx)
+
+
+def test_gru_reset_before_gradcheck():
+    layer = L.GRUCell(3, reset_after=False)
+    params = layer.init(jax.random.key(0), (2, 2))
+    assert pl.testing.gradcheck(layer.apply, params, jnp.ones((2, 2)), jnp.full((2, 3), 0.3))
+
+
+# -- sequence layers ------------------------------------------------------------------
+
+FLAGS = [
+    (layers, bidi, batch_first, bias, batched, given)
+    for layers, bidi, batch_first, bias, batched, given in itertools.product(
+        [1, 2], [False, True], [False, True], [True, False], [True, False], [True, False]
+    )
+    if batched or not batch_first  # batch_first does not apply to unbatched input
+]
+
+
+def _flag_id(f):
+    layers, bidi, bf, bias, batched, given = f
+    return (
+        f"l{layers}{'-bi' if bidi else ''}{'-bf' if bf else ''}{'' if bias else '-nobias'}"
+        f"{'' if batched else '-unbatched'}{'-hx' if given else ''}"
+    )
+
+
+def _seq_case(torch, name, flags, **kw):
+    layers, bidi, batch_first, bias, batched, given = flags
+    module = getattr(torch.nn, name)(
+        IN, H, num_layers=layers, bidirectional=bidi, batch_first=batch_first, bias=bias, **kw
+    )
+    layer = SEQ[name](
+        H, num_layers=layers, bidirectional=bidi, batch_first=batch_first, bias=bias, **kw
+    )
+    shape = ((B, T, IN) if batch_first else (T, B, IN)) if batched else (T, IN)
+    hx = _hx(name, layers * (2 if bidi else 1), batched) if given else None
+    return _parity(torch, module, layer, _randn(shape), hx)
+
+
+@pytest.mark.parametrize("flags", FLAGS, ids=_flag_id)
+def test_lstm_torch_parity_all_flags(torch, flags):
+    _seq_case(torch, "LSTM", flags)
+
+
+# Every flag combination for LSTM; for GRU and RNN, which share that code path, the
+# combinations that change shapes or data flow (layers x directions x batching x state).
+REDUCED = [f for f in FLAGS if f[2] == (f[0] == 2) and f[3] == (not f[1])]
+
+
+@pytest.mark.parametrize("flags", REDUCED, ids=_flag_id)
+@pytest.mark.parametrize("name", ["GRU", "RNN"])
+def test_gru_rnn_torch_parity(torch, name, flags):
+    _seq_case(torch, name, flags)
+
+
+def test_rnn_relu_parity(torch):
+    _seq_case(torch, "RNN", (2, True, False, True, True, True), nonlinearity="relu")
+
+
+@pytest.mark.parametrize("name", list(SEQ))
+def test_state_dict_names_and_order(torch, name):
+    module = getattr(torch.nn, name)(IN, H, num_layers=3, bidirectional=True)
+    layer = SEQ[name](H, num_layers=3, bidirectional=True)
+    params = layer.init(jax.random.key(0), (T, B, IN))
+    assert list(pl.params.flatten(params)) == list(module.state_dict())
+    for k, v in module.state_dict().items():
+        assert params[k].shape == tuple(v.shape), k
+    # a key-sorted tree (as jit returns) is listed in torch's order again
+    assert list(layer.ordered(dict(sorted(params.items())))) == list(module.state_dict())
+    # and our checkpoint loads into torch unchanged
+    module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in params.items()})
+
+
+def test_cell_names_and_order(torch):
+    for name, cls in CELLS.items():
+        module = getattr(torch.nn, name)(IN, H)
+        params = cls(H).init(jax.random.key(0), (B, IN))
+        assert list(params) == list(module.state_dict())
+        assert list(cls(H).ordered(dict(sorted(params.items())))) == list(module.state_dict())
+
+
+def test_two_layer_bidirectional_lstm_gradcheck():
+    layer = L.LSTM(2, num_layers=2, bidirectional=True)
+    params = layer.init(jax.random.key(0), (3, 2, 2))
+    x = jnp.asarray(_randn((3, 2, 2)))
+    hx = (jnp.asarray(_randn((4, 2, 2), 1)), jnp.asarray(_randn((4, 2, 2), 2)))
+    assert pl.testing.gradcheck(layer.apply, params, x, hx)
+
+
+def test_default_init_and_overrides():
+    """Every tensor U(-1/sqrt(H), 1/sqrt(H)): for H = 64 the bound is 1/8 and the std of
+    a uniform on it (1/8)/sqrt(3) = 0.0722."""
+    params = L.LSTM(64, num_layers=2).init(jax.random.key(0), (3, 2, 32))
+    for name, v in params.items():
+        v = np.asarray(v)
+        assert np.abs(v).max() <= 1 / 8, name
+        if v.size > 4000:
+            assert abs(v.std() - 1 / 8 / np.sqrt(3)) < 0.003, name
+    assert not np.allclose(params["weight_hh_l0"][:32, :32], params["weight_hh_l1"][:32, :32])
+    custom = L.GRU(4, weight_init=pl.init.zeros(), bias_init=pl.init.ones())
+    p = custom.init(jax.random.key(0), (3, 2, 5))
+    assert not np.any(np.asarray(p["weight_ih_l0"])) and not np.any(np.asarray(p["weight_hh_l0"]))
+    assert np.all(np.asarray(p["bias_ih_l0"]) == 1) and np.all(np.asarray(p["bias_hh_l0"]) == 1)
+
+
+def test_forget_bias():
+    for layer, names in [
+        (L.LSTMCell(4, forget_bias=1.0), ["bias_ih"]),
+        (L.LSTM(4, num_layers=2, bidirectional=True, forget_bias=1.0), None),
+    ]:
+        params = layer.init(jax.random.key(0), (3, 2, 5) if names is None else (2, 5))
+        ih = [k for k in params if k.startswith("bias_ih")]
+        assert ih == (names or ih) and len(ih) in (1, 4)
+        for k in ih:
+            b_ih = np.asarray(params[k])
+            b_hh = np.asarray(params[k.replace("_ih", "_hh")])
+            np.testing.assert_array_equal(b_ih[4:8], 1.0)
+            np.testing.assert_array_equal(b_hh[4:8], 0.0)
+            assert not np.any(b_ih[:4] == 1.0) and np.all(np.abs(b_ih[:4]) <= 0.5)
+    # the gate it sets: with zero weights and state, f = sigmoid(1) and i = sigmoid(b_i)
+    cell = L.LSTMCell(4, forget_bias=1.0, weight_init=pl.init.zeros(), bias_init=pl.init.zeros())
+    p = cell.init(jax.random.key(0), (1, 3))
+    _, c = cell.apply(p, jnp.ones((1, 3)), (jnp.zeros((1, 4)), jnp.ones((1, 4))))
+    # c' = sigmoid(1) * 1 + sigmoid(0) * tanh(0) = sigmoid(1)
+    np.testing.assert_allclose(c, np.full((1, 4), 1 / (1 + np.exp(-1.0))), rtol=1e-6)
+
+
+def _cho_reference(params, x, h):
+    """Cho et al. (2014), written out with numpy, one step."""
+    sig = lambda a: 1 / (1 + np.exp(-a))  # noqa: E731
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    hs = h.shape[-1]
+    gi = x @ p["weight_ih"].T + p["bias_ih"]
+    gh = h @ p["weight_hh_rz"].T + p["bias_hh_rz"]
+    r = sig(gi[:, :hs] + gh[:, :hs])
+    z = sig(gi[:, hs : 2 * hs] + gh[:, hs:])
+    n = np.tanh(gi[:, 2 * hs :] + (r * h) @ p["weight_hh_n"].T + p["bias_hh_n"])
+    return (1 - z) * n + z * h
+
+
+def test_gru_reset_before_matches_hand_written_reference():
+    cell = L.GRUCell(H, reset_after=False)
+    params = cell.init(jax.random.key(3), (B, IN))
+    assert list(params) == [
+        "weight_ih",
+        "weight_hh_rz",
+        "weight_hh_n",
+        "bias_ih",
+        "bias_hh_rz",
+        "bias_hh_n",
+    ]
+    assert params["weight_hh_rz"].shape == (2 * H, H) and params["weight_hh_n"].shape == (H, H)
+    x, h = _randn((B, IN)), _randn((B, H), 1)
+    np.testing.assert_allclose(
+        cell.apply(params, x, h), _cho_reference(params, x, h), rtol=1e-5, atol=1e-6
+    )
+    # it is a different recurrence from torch's: same x-side weights, different result
+    after = L.GRUCell(H)
+    p_after = dict(
+        params, weight_hh=jnp.concatenate([params["weight_hh_rz"], params["weight_hh_n"]])
+    )
+    p_after["bias_hh"] = jnp.concatenate([params["bias_hh_rz"], params["bias_hh_n"]])
+    p_after = {k: p_after[k] for k in ["weight_ih", "weight_hh", "bias_ih", "bias_hh"]}
+    assert not np.allclose(after.apply(p_after, x, h), cell.apply(params, x, h), atol=1e-4)
+    # the sequence layer steps the same cell
+    seq = L.GRU(H, reset_after=False, bidirectional=True)
+    sp = seq.init(jax.random.key(4), (T, B, IN))
+    xs = _randn((T, B, IN), 2)
+    out, h_n = seq.apply(sp, xs)
+    fwd = {k[: -len("_l0")]: v for k, v in sp.items() if k.endswith("_l0")}
+    rev = {k[: -len("_l0_reverse")]: v for k, v in sp.items() if k.endswith("_reverse")}
+    hf, hr, outs_f, outs_r = np.zeros((B, H)), np.zeros((B, H)), [], []
+    for t in range(T):
+        hf = _cho_reference(fwd, xs[t], hf)
+        hr = _cho_reference(rev, xs[T - 1 - t], hr)
+        outs_f.append(hf)
+        outs_r.insert(0, hr)
+    expected = np.concatenate([np.stack(outs_f), np.stack(outs_r)], axis=-1)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h_n, np.stack([hf, hr]), rtol=1e-5, atol=1e-6)
+    assert pl.testing.gradcheck(lambda p, x: seq.apply(p, x)[0], sp, jnp.asarray(xs[:3]))
+
+
+# -- padded batches -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_lengths_match_packed_sequences(torch, name, batch_first):
+    lengths = np.array([5, 2, 4], np.int32)
+    bsz, steps = len(lengths), int(lengths.max())
+    module = getattr(torch.nn, name)(
+        IN, H, num_layers=2, bidirectional=True, batch_first=batch_first
+    )
+    layer = SEQ[name](H, num_layers=2, bidirectional=True, batch_first=batch_first)
+    shape = (bsz, steps, IN) if batch_first else (steps, bsz, IN)
+    x = _randn(shape)
+    params = load_from_torch(layer, module, shape)
+    xt = torch.tensor(x, requires_grad=True)
+    rnn = torch.nn.utils.rnn
+    packed = rnn.pack_padded_sequence(
+        xt, torch.tensor(lengths), batch_first=batch_first, enforce_sorted=False
+    )
+    t_packed, t_state = module(packed)
+    t_out, _ = rnn.pad_packed_sequence(t_packed, batch_first=batch_first, total_length=steps)
+    t_leaves = [t_out, *_torch_leaves(t_state)]
+    cots = [_randn(tuple(t.shape), seed=i + 1) for i, t in enumerate(t_leaves)]
+    sum((t * torch.tensor(c)).sum() for t, c in zip(t_leaves, cots, strict=True)).backward()
+
+    def f(p, x):
+        return jax.tree.leaves(layer.apply(p, x, lengths=jnp.asarray(lengths)))
+
+    j_leaves, vjp = jax.vjp(f, params, jnp.asarray(x))
+    g_params, g_x = vjp(cots)
+    for j, t in zip(j_leaves, t_leaves, strict=True):
+        np.testing.assert_allclose(j, t.detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(g_x, xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    named = dict(module.named_parameters())
+    for k, g in g_params.items():
+        np.testing.assert_allclose(g, named[k].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_lengths_equal_unpadded_runs():
+    """Each padded sequence gives exactly what running it alone, unpadded, gives."""
+    layer = L.LSTM(H, bidirectional=True)
+    params = layer.init(jax.random.key(0), (T, B, IN))
+    x = jnp.asarray(_randn((T, 3, IN)))
+    lengths = jnp.array([5, 1, 3])
+    out, (h, c) = layer.apply(params, x, lengths=lengths)
+    for b, n in enumerate([5, 1, 3]):
+        alone, (ha, ca) = layer.apply(params, x[:n, b])
+        np.testing.assert_allclose(out[:n, b], alone, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(out[n:, b], 0.0)
+        np.testing.assert_allclose(h[:, b], ha, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(c[:, b], ca, rtol=1e-5, atol=1e-6)
+    # unbatched input takes a scalar length
+    out1, _ = layer.apply(params, x[:, 2], lengths=jnp.array(3))
+    np.testing.assert_allclose(out1, out[:, 2], rtol=1e-5, atol=1e-6)
+
+
+# -- dropout, dtype, transformations ---------------------------------------------------------
+
+
+def test_inter_layer_dropout():
+    layer = L.GRU(H, num_layers=3, dropout=0.5)
+    params = layer.init(jax.random.key(0), (T, B, IN))
+    x = jnp.asarray(_randn((T, B, IN)))
+    eval_out, _ = layer.apply(params, x)
+    np.testing.assert_array_equal(layer.apply(params, x, train=False, key=None)[0], eval_out)
+    a, _ = layer.apply(params, x, train=True, key=jax.random.key(1))
+    b, _ = layer.apply(params, x, train=True, key=jax.random.key(1))
+    c, _ = layer.apply(params, x, train=True, key=jax.random.key(2))
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, eval_out) and not np.allclose(a, c)
+    # no dropout configured: train mode needs no key
+    plain = L.GRU(H, num_layers=2)
+    pp = plain.init(jax.random.key(0), x.shape)
+    np.testing.assert_array_equal(plain.apply(pp, x, train=True)[0], plain.apply(pp, x)[0])
+
+
+def test_float64_stays_float64():
+    with jax.enable_x64(True):
+        layer = L.LSTM(3, bidirectional=True)
+        params = layer.init(jax.random.key(0), (4, 2, 2), jnp.float64)
+        out, (h, c) = layer.apply(params, jnp.ones((4, 2, 2), jnp.float64))
+        assert out.dtype == h.dtype == c.dtype == jnp.float64
+
+
+def test_vmap_and_jit_agree_with_eager():
+    layer = L.LSTM(H, num_layers=2)
+    params = layer.init(jax.random.key(0), (T, IN))
+    xs = jnp.asarray(_randn((3, T, IN)))  # three unbatched sequences
+    eager = [layer.apply(params, xs[i])[0] for i in range(3)]
+    mapped = jax.vmap(lambda x: layer.apply(params, x)[0])(xs)
+    jitted = jax.jit(lambda p, x: layer.apply(p, x)[0])(params, xs[0])
+    np.testing.assert_allclose(mapped, np.stack(eager), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jitted, eager[0], rtol=1e-5, atol=1e-6)
+
+
+# -- compilation -----------------------------------------------------------------------------
+
+
+def _count_eqns(jaxpr) -> int:
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += 1
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else [v]:
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    n += _count_eqns(getattr(inner, "jaxpr", inner))
+    return n
+
+
+def test_traces_once_per_length_and_graph_does_not_grow():
+    layer = L.LSTM(H, num_layers=2, bidirectional=True)
+    params = layer.init(jax.random.key(0), (T, B, IN))
+    traces = []
+
+    def loss(p, x):
+        traces.append(x.shape)
+        return jnp.sum(layer.apply(p, x)[0] ** 2)
+
+    step = jax.jit(jax.value_and_grad(loss))
+    for steps in (4, 64):
+        for seed in range(2):
+            step(params, jnp.asarray(_randn((steps, B, IN), seed)))
+    assert traces == [(4, B, IN), (64, B, IN)]
+    sizes = [
+        _count_eqns(jax.make_jaxpr(jax.value_and_grad(loss))(params, jnp.ones((n, B, IN))).jaxpr)
+        for n in (4, 256)
+    ]
+    assert sizes[0] == sizes[1]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: L.LSTM(0), r"LSTM: hidden_size must be a positive integer, got 0"),
+        (lambda: L.GRU(4, num_layers=0), r"GRU: num_layers must be a positive integer, got 0"),
+        (lambda: L.RNN(4, dropout=1.0), r"RNN: dropout must be in \[0, 1\), got 1.0"),
+        (lambda: L.RNN(4, nonlinearity="gelu"), r"RNN: nonlinearity must be one of 'tanh', 're"),
+        (lambda: L.RNNCell(4, nonlinearity="x"), r"RNNCell: nonlinearity must be one of"),
+        (lambda: L.LSTM(4, bidirectional=1), r"LSTM: bidirectional must be True or False, got 1"),
+        (lambda: L.GRUCell(4, bias="no"), r"GRUCell: bias must be True or False, got 'no'"),
+        (lambda: L.GRU(4, reset_after=None), r"GRU: reset_after must be True or False"),
+        (lambda: L.LSTM(4, forget_bias=1.0, bias=False), r"LSTM: forget_bias=1.0 .* needs bias"),
+        (lambda: L.LSTMCell(4, forget_bias=float("nan")), r"LSTMCell: forget_bias must be"),
+    ],
+)
+def test_config_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_dropout_with_one_layer_warns_like_torch():
+    with pytest.warns(UserWarning, match="no effect with num_layers=1"):
+        L.LSTM(4, dropout=0.5)
+
+
+def test_shape_errors():
+    lstm = L.LSTM(H, num_layers=2, bidirectional=True)
+    params = lstm.init(jax.random.key(0), (T, B, IN))
+    x = jnp.ones((T, B, IN))
+    with pytest.raises(ValueError, match=r"LSTM: input last axis \(input_size\) expected 3, got 5"):
+        lstm.apply(params, jnp.ones((T, B, 5)))
+    with pytest.raises(ValueError, match=r"LSTM: input rank expected 2 or 3 .*got 4"):
+        lstm.apply(params, jnp.ones((1, T, B, IN)))
+    good = jnp.zeros((4, B, H))
+    with pytest.raises(ValueError, match=r"LSTM: hx expected a pair \(h_0, c_0\), got"):
+        lstm.apply(params, x, good)
+    with pytest.raises(ValueError, match=r"LSTM: c_0 shape expected \(4, 2, 4\), got \(2, 2, 4\)"):
+        lstm.apply(params, x, (good, jnp.zeros((2, B, H))))
+    gru = L.GRU(H)
+    gp = gru.init(jax.random.key(0), (T, IN))
+    with pytest.raises(ValueError, match=r"GRU: h_0 shape expected \(1, 4\), got \(1, 2, 4\)"):
+        gru.apply(gp, jnp.ones((T, IN)), jnp.zeros((1, B, H)))
+    with pytest.raises(ValueError, match=r"GRU: lengths shape expected \(2,\), got \(3,\)"):
+        gru.apply(gp, x, lengths=jnp.array([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"GRU: lengths dtype expected an integer dtype"):
+        gru.apply(gp, x, lengths=jnp.array([1.0, 2.0]))
+    drop = L.RNN(H, num_layers=2, dropout=0.1)
+    dp = drop.init(jax.random.key(0), x.shape)
+    with pytest.raises(ValueError, match=r"RNN: train=True draws random numbers and needs a PRNG"):
+        drop.apply(dp, x, train=True)
+    cell = L.LSTMCell(H)
+    cp = cell.init(jax.random.key(0), (B, IN))
+    with pytest.raises(ValueError, match=r"LSTMCell: hx h shape expected \(2, 4\), got \(2, 3\)"):
+        cell.apply(cp, jnp.ones((B, IN)), (jnp.zeros((B, 3)), jnp.zeros((B, H))))
+    with pytest.raises(ValueError, match=r"LSTMCell: input rank expected 1 or 2"):
+        cell.apply(cp, jnp.ones((1, B, IN)))
+    with pytest.raises(ValueError, match=r"Sequential\[0\] GRUCell: input last axis"):
+        seq = L.Sequential(L.GRUCell(H))
+        seq.apply({"0": L.GRUCell(H).init(jax.random.key(0), (B, IN))}, jnp.ones((B, 7)))
+
+
+# -- property test ---------------------------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    name=st.sampled_from(list(SEQ)),
+    steps=st.integers(1, 6),
+    batch=st.integers(1, 3),
+    inputs=st.integers(1, 4),
+    hidden=st.integers(1, 5),
+    layers=st.integers(1, 2),
+    bidi=st.booleans(),
+    batch_first=st.booleans(),
+)
+def test_property_forward_matches_torch(
+    torch, name, steps, batch, inputs, hidden, layers, bidi, batch_first
+):
+    module = getattr(torch.nn, name)(
+        inputs, hidden, num_layers=layers, bidirectional=bidi, batch_first=batch_first
+    )
+    layer = SEQ[name](hidden, num_layers=layers, bidirectional=bidi, batch_first=batch_first)
+    shape = (batch, steps, inputs) if batch_first else (steps, batch, inputs)
+    x = _randn(shape)
+    params = load_from_torch(layer, module, shape)
+    out, state = layer.apply(params, x)
+    t_out, t_state = module(torch.tensor(x))
+    d = 2 if bidi else 1
+    assert out.shape == (*shape[:2], d * hidden)
+    np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for j, t in zip(jax.tree.leaves(state), _torch_leaves(t_state), strict=True):
+        assert j.shape == (layers * d, batch, hidden)
+        np.testing.assert_allclose(j, t.detach().numpy(), rtol=1e-4, atol=1e-5)
