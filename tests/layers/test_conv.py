@@ -78,9 +78,9 @@ def test_worked_example_mnist_shape():
 
 
 def test_worked_example_values():
-    """A 1x1-channel 3x3 image of ones, a 2x2 kernel of ones, zero padding 1, stride 2:
-    windows start at rows/cols -1 and 1, each holds 1 real pixel in a corner... the
-    output (2x2) counts the ones under each window: [[1, 2], [2, 4]], plus bias 0.5."""
+    """A one-channel 3x3 image of ones, a 2x2 kernel of ones, bias 0.5, zero padding 1,
+    stride 2: output size floor((3 + 2 - 2) / 2) + 1 = 2, and the windows cover input
+    rows/cols {0} then {1, 2}, so they hold 1, 2, 2 and 4 ones: [[1.5, 2.5], [2.5, 4.5]]."""
     conv = Conv2d(1, 2, stride=2, padding=1)
     params = {"weight": jnp.ones((1, 1, 2, 2)), "bias": jnp.full((1,), 0.5)}
     y = conv.apply(params, jnp.ones((1, 1, 3, 3)))
