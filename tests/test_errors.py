@@ -441,6 +441,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      LayerError,
      r"^scaled_dot_product_attention: mask must broadcast to \(\*batch, heads, "
      r"q_len, kv_len\); expected \(1, 2, 3, 3\), got \(5, 3\)$"),
+    ("mha-int-mask", lambda: _mha_apply((1, 3, 8), mask=jnp.ones((3, 3), jnp.int32)), LayerError,
+     r"^MultiHeadAttention: mask dtype expected bool \(True attends\) or floating \(added to "
+     r"the scores\), got int32\n  an integer mask is ambiguous"),
     ("sdpa-dropout-key",
      lambda: _sdpa((1, 2, 3, 4), (1, 2, 3, 4), (1, 2, 3, 4), dropout_p=0.5), LayerError,
      r"^scaled_dot_product_attention: train=True draws random numbers"),
