@@ -62,8 +62,11 @@ UNREACHABLE: dict[tuple[str, str], str] = {}
 KEY = jax.random.key(0)
 
 
+_TMP = tempfile.TemporaryDirectory(prefix="purelayers-errors-")  # removed at exit
+
+
 def _tmp() -> pathlib.Path:
-    return pathlib.Path(tempfile.mkdtemp(prefix="purelayers-errors-"))
+    return pathlib.Path(tempfile.mkdtemp(dir=_TMP.name))
 
 
 def run(layer: L.Layer, shape, x_shape=None, *, dtype=jnp.float32, x=None, **kwargs) -> Any:
