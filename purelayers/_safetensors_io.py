@@ -1,14 +1,16 @@
-"""The safetensors file format and Hugging Face's sharded layout, on numpy arrays.
+"""Checkpoint files through the ``safetensors`` package, and Hugging Face's sharded layout.
 
-A safetensors file is an 8-byte little-endian header length ``N``, ``N`` bytes of JSON
-(``{name: {"dtype", "shape", "data_offsets"}, "__metadata__": {str: str}}``, padded
-with spaces), then the tensors' bytes, contiguous, little-endian. We write and parse it
-here rather than through ``safetensors``' Python bindings because their writing API
-differs between releases and their numpy path cannot represent bfloat16; files are
-checked against the reference parser (``safetensors.torch``) in the tests.
+The safetensors format itself (header, offsets, alignment, validation) is the
+``safetensors`` package's: files are written with ``safetensors.serialize_file`` and read
+with ``safetensors.safe_open``. Here we add what a checkpoint needs around it:
 
-Writes are atomic: every file is written to a temporary name in its final folder,
-flushed, fsynced, then renamed over the final name.
+- atomic writes: every file is written under a temporary name in its final folder,
+  fsynced, then renamed over the final name, and the folder is fsynced;
+- the name order: the package lays the header out by dtype, then name, so the names'
+  own (PyTorch) order is kept in the metadata under ``ORDER_KEY`` and restored on read;
+- errors that name the file: the package's own errors carry no path;
+- the sharded layout, ``model-0000i-of-0000K.safetensors`` plus
+  ``model.safetensors.index.json``.
 """
 
 from __future__ import annotations
@@ -20,38 +22,33 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import ml_dtypes
 import numpy as np
+import safetensors
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
+ORDER_KEY = "purelayers.order"  # metadata: the JSON list of names in their saved order
 _SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-_MAX_HEADER = 100_000_000  # the reference parser's limit
 
-_CODES: dict[str, Any] = {
-    "BOOL": np.bool_,
-    "U8": np.uint8,
-    "I8": np.int8,
-    "U16": np.uint16,
-    "I16": np.int16,
-    "U32": np.uint32,
-    "I32": np.int32,
-    "U64": np.uint64,
-    "I64": np.int64,
-    "F16": np.float16,
-    "BF16": ml_dtypes.bfloat16,
-    "F32": np.float32,
-    "F64": np.float64,
-    "C64": np.complex64,
-    "F8_E4M3": ml_dtypes.float8_e4m3fn,
-    "F8_E5M2": ml_dtypes.float8_e5m2,
-}
-DTYPES: dict[str, np.dtype] = {code: np.dtype(t) for code, t in _CODES.items()}
+# The dtypes checkpoints hold, under the package's own codes ("F32", "BF16", ...).
+_STORABLE = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64)
+_STORABLE += (np.int64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64)
+_STORABLE += (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+
+
+def _code(dtype: np.dtype) -> str:
+    return safetensors.TensorSpec(dtype=dtype.name, shape=[0], data_ptr=0, data_len=0).dtype
+
+
+DTYPES: dict[str, np.dtype] = {_code(np.dtype(t)): np.dtype(t) for t in _STORABLE}
 CODES: dict[np.dtype, str] = {dt: code for code, dt in DTYPES.items()}
+# safe_open(framework="numpy") builds these; float8 tensors are decoded from raw bytes.
+_NUMPY_READS = {code for code in DTYPES if not code.startswith("F8")}
 
 
 class CheckpointError(ValueError):
@@ -82,51 +79,40 @@ class Entry(NamedTuple):
 
 
 def host_bytes(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """``array`` as contiguous little-endian bytes of ``dtype`` (a flat ``uint8`` view)."""
-    array = np.ascontiguousarray(np.asarray(array).astype(dtype, copy=False))
+    """``array`` as a contiguous little-endian host array of ``dtype``."""
+    array = np.asarray(array).astype(dtype, order="C", copy=False)  # 0-d stays 0-d
     if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
         array = array.byteswap()
-    return array.reshape(-1).view(np.uint8)
+    return array
 
 
-def _header(entries: Sequence[Entry], metadata: Mapping[str, str] | None) -> tuple[bytes, list]:
-    """The padded header and the entries in data order.
-
-    The header lists names in the given (PyTorch) order; the data is laid out by
-    decreasing item size, which keeps every tensor aligned to its item size as the
-    reference writer does.
-    """
-    layout = sorted(entries, key=lambda e: -e.dtype.itemsize)
-    offsets, start = {}, 0
-    for e in layout:
-        offsets[e.name] = [start, start + e.nbytes]
-        start += e.nbytes
-    header: dict[str, Any] = {}
-    if metadata:
-        header["__metadata__"] = dict(metadata)
+def _serialize(file: Path, entries: Sequence[Entry], metadata: Mapping[str, str] | None):
+    """Write one safetensors file with the package's own serializer."""
+    arrays = []  # holds every buffer alive while the serializer reads it by address
     for e in entries:
-        header[e.name] = {
-            "dtype": CODES[e.dtype],
-            "shape": list(e.shape),
-            "data_offsets": offsets[e.name],
-        }
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    return raw, layout
+        arrays.append(host_bytes(e.fetch(), e.dtype))
+        if arrays[-1].nbytes != e.nbytes:
+            raise ValueError(
+                f"save: {e.name!r} changed while saving: expected {e.nbytes} bytes "
+                f"of {e.dtype} {e.shape}, got {arrays[-1].nbytes}"
+            )
+    specs = {
+        e.name: safetensors.TensorSpec(
+            dtype=e.dtype.name, shape=list(e.shape), data_ptr=a.ctypes.data, data_len=a.nbytes
+        )
+        for e, a in zip(entries, arrays, strict=True)
+    }
+    order = json.dumps([e.name for e in entries], separators=(",", ":"))
+    safetensors.serialize_file(specs, file, metadata={**(metadata or {}), ORDER_KEY: order})
 
 
-def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-
-
-def _write_temp(path: Path, writer: Callable[[Any], None]) -> Path:
+def _write_temp(path: Path, write: Callable[[Path], None]) -> Path:
     """A fully written, fsynced temporary file next to ``path``; removed on failure."""
-    tmp = _temp_path(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # claim the name
     try:
-        with os.fdopen(fd, "wb") as f:
-            writer(f)
-            f.flush()
+        write(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
     except BaseException:
         with contextlib.suppress(OSError):
@@ -137,39 +123,16 @@ def _write_temp(path: Path, writer: Callable[[Any], None]) -> Path:
 
 def _sync_dir(folder: Path) -> None:
     """Make renames in ``folder`` durable (POSIX); a no-op where folders cannot be opened."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
-def _tensor_writer(entries: Sequence[Entry], metadata: Mapping[str, str] | None):
-    header, layout = _header(entries, metadata)
-
-    def write(f) -> None:
-        f.write(len(header).to_bytes(8, "little"))
-        f.write(header)
-        for e in layout:
-            data = host_bytes(e.fetch(), e.dtype)
-            if data.nbytes != e.nbytes:
-                raise ValueError(
-                    f"save: {e.name!r} changed while saving: expected {e.nbytes} bytes "
-                    f"of {e.dtype} {e.shape}, got {data.nbytes}"
-                )
-            f.write(data)
-
-    return write
-
-
-def _commit(pairs: Iterable[tuple[Path, Path]]) -> None:
+def _commit(pairs: Sequence[tuple[Path, Path]], folder: Path) -> None:
     """Rename each written temporary file over its final name; drop leftovers on failure."""
-    pairs = list(pairs)
     try:
         for tmp, final in pairs:
             os.replace(tmp, final)
@@ -177,13 +140,13 @@ def _commit(pairs: Iterable[tuple[Path, Path]]) -> None:
         for tmp, _ in pairs:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
+    _sync_dir(folder)
 
 
 def write_file(path: Path, entries: Sequence[Entry], metadata: Mapping[str, str] | None) -> None:
     """Atomically write one safetensors file."""
-    tmp = _write_temp(path, _tensor_writer(entries, metadata))
-    _commit([(tmp, path)])
-    _sync_dir(path.parent)
+    tmp = _write_temp(path, lambda f: _serialize(f, entries, metadata))
+    _commit([(tmp, path)], path.parent)
 
 
 def split_shards(entries: Sequence[Entry], max_bytes: int) -> list[list[Entry]]:
@@ -215,23 +178,20 @@ def write_sharded(
         "metadata": {"total_size": sum(e.nbytes for e in entries)},
         "weight_map": {e.name: n for n, shard in zip(names, shards, strict=True) for e in shard},
     }
-    text = (json.dumps(index, indent=2) + "\n").encode("utf-8")
+    text = json.dumps(index, indent=2) + "\n"
     written: list[tuple[Path, Path]] = []
     try:
         for name, shard in zip(names, shards, strict=True):
-            written.append(
-                (_write_temp(folder / name, _tensor_writer(shard, metadata)), folder / name)
-            )
-        written.append(
-            (_write_temp(folder / INDEX_NAME, lambda f: f.write(text)), folder / INDEX_NAME)
-        )
+            tmp = _write_temp(folder / name, lambda f, s=shard: _serialize(f, s, metadata))
+            written.append((tmp, folder / name))
+        tmp = _write_temp(folder / INDEX_NAME, lambda f: f.write_text(text, encoding="utf-8"))
+        written.append((tmp, folder / INDEX_NAME))
     except BaseException:
         for tmp, _ in written:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
         raise
-    _commit(written)
-    _sync_dir(folder)
+    _commit(written, folder)
     for stale in folder.iterdir():
         if _SHARD_RE.fullmatch(stale.name) and stale.name not in names:
             with contextlib.suppress(OSError):
@@ -242,15 +202,19 @@ def write_sharded(
 # -- reading ---------------------------------------------------------------------------
 
 
-def _parse_header(path: Path, prefix: bytes, size: int) -> tuple[dict, int]:
-    """The decoded JSON header and the byte offset where tensor data starts."""
+def _check_size(path: Path) -> None:
+    """The first 8 bytes (the header's length) against the file's size, for a clear
+    message on empty, truncated and foreign files before the package parses them."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        prefix = f.read(8)
     if size < 8:
         what = "empty" if size == 0 else f"only {size} bytes long"
         raise CheckpointError(
             path, f"not a safetensors file: it is {what} (truncated, or never written)"
         )
-    n = int.from_bytes(prefix[:8], "little")
-    if n > size - 8 or n > _MAX_HEADER:
+    n = int.from_bytes(prefix, "little")
+    if n > size - 8:
         hint = ""
         if prefix[:2] == b"PK":
             hint = " It is a zip archive: a torch.save file? Convert it with safetensors.torch.save_file."
@@ -259,139 +223,79 @@ def _parse_header(path: Path, prefix: bytes, size: int) -> tuple[dict, int]:
             f"not a safetensors file, or truncated: its first 8 bytes give a header of {n} "
             f"bytes, but the file has {size - 8} bytes after them.{hint}",
         )
+
+
+def _problem(e: BaseException) -> str:
+    """What the package's error (or the OS's) says, as a sentence about the file."""
+    message = str(e)
+    if "not fully covered" in message:
+        return (
+            "truncated or corrupted: its tensor data does not fill the file as the header "
+            f"describes (safetensors: {message})"
+        )
+    if isinstance(e, OSError):
+        return f"cannot be read ({e})"
+    return f"corrupted or not a safetensors file (safetensors: {message})"
+
+
+def _ordered(names: list[str], meta: Mapping[str, str]) -> list[str]:
+    """``names`` in the order ``ORDER_KEY`` records, when it lists exactly these names."""
     try:
-        header = json.loads(prefix[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(
-            path, f"corrupted or not a safetensors file: the header is not valid JSON ({e})"
-        ) from e
-    if not isinstance(header, dict):
-        raise CheckpointError(path, "corrupted: the header is not a JSON object")
-    return header, 8 + n
-
-
-def _read_header(f, path: Path) -> tuple[dict, int, int]:
-    """The decoded header of the open file ``f``, where its data starts, and its size."""
-    size = os.fstat(f.fileno()).st_size
-    prefix = f.read(8)
-    n = int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
-    if 0 < n <= min(size - 8, _MAX_HEADER):
-        prefix += f.read(n)
-    header, start = _parse_header(path, prefix, size)
-    return header, start, size
-
-
-def _metadata(path: Path, header: dict) -> dict[str, str]:
-    meta = header.get("__metadata__") or {}
-    if not isinstance(meta, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
-    ):
-        raise CheckpointError(path, "corrupted: __metadata__ is not a map of strings to strings")
-    return meta
-
-
-class TensorInfo(NamedTuple):
-    """Where one tensor lies in a safetensors file: ``offset`` is from the file's start."""
-
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    offset: int
-    nbytes: int
-
-
-def _tensor_info(path: Path, name: str, info: Any, start: int) -> TensorInfo:
-    def bad(why: str) -> CheckpointError:
-        return CheckpointError(path, f"corrupted: the header entry for {name!r} {why}")
-
-    if not isinstance(info, dict):
-        raise bad("is not a JSON object")
-    dtype = DTYPES.get(info.get("dtype"))  # type: ignore[arg-type]
-    if dtype is None:
-        raise bad(f"has dtype {info.get('dtype')!r}, not one of {sorted(DTYPES)}")
-    shape, offsets = info.get("shape"), info.get("data_offsets")
-    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        raise bad(f"has shape {shape!r}, not a list of non-negative integers")
+        order = json.loads(meta.get(ORDER_KEY, "null"))
+    except ValueError:
+        return names
     if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(type(o) is int for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
+        isinstance(order, list)
+        and all(isinstance(n, str) for n in order)
+        and sorted(order) == sorted(names)
     ):
-        raise bad(f"has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
-    nbytes = math.prod(shape) * dtype.itemsize
-    if offsets[1] - offsets[0] != nbytes:
-        raise bad(
-            f"spans {offsets[1] - offsets[0]} bytes, but {info['dtype']} {tuple(shape)} "
-            f"takes {nbytes}"
-        )
-    return TensorInfo(dtype, tuple(shape), start + offsets[0], nbytes)
+        return order
+    return names
 
 
-def _check_layout(path: Path, infos: Mapping[str, TensorInfo], start: int, size: int) -> None:
-    """The tensors must tile the data section exactly, as the reference parser demands."""
-    end = start
-    for name, info in sorted(infos.items(), key=lambda kv: (kv[1].offset, kv[1].nbytes)):
-        if info.offset != end:
-            raise CheckpointError(
-                path,
-                f"corrupted: {name!r} starts at data byte {info.offset - start}, but the "
-                f"previous tensor ends at {end - start} (tensors must be contiguous)",
-            )
-        end += info.nbytes
-    if end > size:
+def _open(path: Path, read: Callable[[Any], Any]) -> Any:
+    """``read(f)`` on the file opened with ``safe_open``; every failure names ``path``."""
+    try:
+        _check_size(path)
+        with safetensors.safe_open(path, framework="numpy") as f:
+            return read(f)
+    except (safetensors.SafetensorError, OSError) as e:
+        raise CheckpointError(path, _problem(e)) from e
+
+
+def _read_tensors(path: Path, f: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    meta = dict(f.metadata() or {})
+    names = _ordered(f.offset_keys(), meta)
+    meta.pop(ORDER_KEY, None)
+    codes = {name: f.get_slice(name).get_dtype() for name in names}
+    foreign = {n: c for n, c in codes.items() if c not in DTYPES}
+    if foreign:
         raise CheckpointError(
-            path,
-            f"truncated: the header describes {end - start} bytes of tensor data, but the "
-            f"file holds {size - start}",
+            path, f"holds dtypes purelayers cannot represent: {foreign}; known: {sorted(DTYPES)}"
         )
-    if end < size:
-        raise CheckpointError(
-            path, f"corrupted: {size - end} unexpected bytes after the last tensor"
-        )
-
-
-def _scan(f, path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    header, start, size = _read_header(f, path)
-    meta = _metadata(path, header)
-    infos = {
-        name: _tensor_info(path, name, info, start)
-        for name, info in header.items()
-        if name != "__metadata__"
+    if all(c in _NUMPY_READS for c in codes.values()):
+        return {name: f.get_tensor(name) for name in names}, meta
+    raw = dict(safetensors.deserialize(path.read_bytes()))
+    arrays = {
+        name: np.frombuffer(raw[name]["data"], DTYPES[codes[name]]).reshape(raw[name]["shape"])
+        for name in names
     }
-    _check_layout(path, infos, start, size)
-    return infos, meta
-
-
-def scan_file(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Every tensor's dtype, shape and place in one safetensors file, and its metadata.
-
-    Reads only the header, but checks it against the file's size, so a truncated or
-    corrupted file raises ``CheckpointError`` naming ``path`` here already.
-    """
-    with open(path, "rb") as f:
-        return _scan(f, path)
+    return arrays, meta
 
 
 def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The arrays (in header order) and metadata of one safetensors file, validated.
+    """The arrays (in saved order) and metadata of one safetensors file.
 
     Raises ``CheckpointError`` naming ``path`` for anything but a well-formed file.
     """
-    arrays = {}
-    with open(path, "rb") as f:
-        infos, meta = _scan(f, path)
-        for name, info in infos.items():
-            a = np.empty(info.shape, info.dtype)
-            f.seek(info.offset)
-            if f.readinto(a.reshape(-1).view(np.uint8)) != info.nbytes:
-                raise CheckpointError(path, f"truncated while reading {name!r}")
-            arrays[name] = a.byteswap() if sys.byteorder == "big" else a
-    return arrays, meta
+    return _open(Path(path), lambda f: _read_tensors(Path(path), f))
 
 
 def read_metadata(path: Path) -> dict[str, str]:
     """The ``__metadata__`` of one safetensors file (only its header is read)."""
-    return scan_file(path)[1]
+    meta = dict(_open(Path(path), lambda f: f.metadata()) or {})
+    meta.pop(ORDER_KEY, None)
+    return meta
 
 
 def read_index(path: Path) -> dict[str, str]:

@@ -280,7 +280,7 @@ def _entry(name: str, leaf: Any) -> _io.Entry:
         host = _to_numpy(leaf)
         leaf, fetch = host, lambda: host
     else:
-        fetch = lambda: np.asarray(leaf)  # noqa: E731 (one device-to-host copy at a time)
+        fetch = lambda: np.asarray(leaf)  # noqa: E731 (copied to the host when written)
     try:
         dtype = np.dtype(leaf.dtype)
     except TypeError:
@@ -304,6 +304,8 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
                 f"save: metadata must map str to str, got {k!r}: {v!r} "
                 f"({type(k).__name__} to {type(v).__name__}); convert it, e.g. str(value)"
             )
+    if _io.ORDER_KEY in (metadata or {}):
+        raise ValueError(f"save: metadata key {_io.ORDER_KEY!r} is reserved for the name order")
     # "format": "pt" is what Hugging Face loaders expect of a torch-layout file.
     return {"format": "pt", **(metadata or {})}
 
@@ -325,8 +327,10 @@ def save(
     ``num_batches_tracked`` counters are written as ``int64``, as torch stores them.
 
     Saving is atomic: each file is written under a temporary name in the same folder,
-    flushed and fsynced, then renamed over the final name. A failure part-way leaves
-    any earlier checkpoint at ``path`` intact and no temporary file behind.
+    fsynced, then renamed over the final name. A failure part-way leaves any earlier
+    checkpoint at ``path`` intact and no temporary file behind. The ``safetensors``
+    package writes each file from host memory, so a file's arrays (one shard's, with
+    ``max_shard_bytes``) are copied to the host together while it is written.
 
     Args:
       path: the ``.safetensors`` file to write; with ``max_shard_bytes``, the folder to
@@ -342,10 +346,12 @@ def save(
         (``{"metadata": {"total_size": N}, "weight_map": {name: shard}}``). Shards of an
         earlier save in the folder that the new index does not name are removed.
         Default ``None``: one file.
-      model: the layer the trees belong to; the file then lists names in torch's
+      model: the layer the trees belong to; ``load`` then lists names in torch's
         ``state_dict`` order even for trees that came back key-sorted from ``jit`` or
         optax. Default ``None``: the trees' own order (torch's for fresh ``init``
-        trees).
+        trees). The order is kept in the metadata under ``"purelayers.order"`` (a
+        reserved key, hidden from ``load_metadata``): the ``safetensors`` package lays
+        out the header itself, by dtype and then name.
 
     Returns:
       the path written: the file, or the index file of a sharded checkpoint.
@@ -381,13 +387,15 @@ def _read(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def load(path: str | os.PathLike) -> dict[str, jax.Array]:
-    """The flat ``{name: array}`` dict of a checkpoint, in the order the file lists names.
+    """The flat ``{name: array}`` dict of a checkpoint, in the order it was saved in.
 
     ``path`` is a ``.safetensors`` file (ours, or one written by
     ``safetensors.torch.save_file``), a sharded checkpoint's
     ``model.safetensors.index.json``, or a folder holding either. Files written by
-    ``save`` list names in torch's ``state_dict`` order. Arrays become JAX arrays of the
-    file's dtypes, as JAX canonicalizes them (``int64`` is ``int32`` unless x64 is on).
+    ``save`` list names in torch's ``state_dict`` order (a sharded checkpoint in its
+    index's order; other files in their layout's order: by dtype, then name). Arrays
+    become JAX arrays of the file's dtypes, as JAX canonicalizes them (``int64`` is
+    ``int32`` unless x64 is on).
 
     Raises:
       FileNotFoundError: nothing at ``path``.

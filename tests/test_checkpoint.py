@@ -190,29 +190,38 @@ class _Crash(BaseException):
     """Stands for a crash or Ctrl-C in the middle of writing."""
 
 
-def _crash_on_call(n):
-    calls = []
+def _crash_on_call(module, name, n, *, half_written=False):
+    """``module.name`` that raises ``_Crash`` on its ``n``-th call; with ``half_written``
+    that call first writes its file (the serializer's first argument is the tensors,
+    its second the file name) and cuts it in half, as a crash mid-write leaves it."""
+    real, calls = getattr(module, name), []
 
     def crash(*args, **kwargs):
         calls.append(1)
-        if len(calls) >= n:
-            raise _Crash
-        return _io_host_bytes(*args, **kwargs)
+        if len(calls) < n:
+            return real(*args, **kwargs)
+        if half_written:
+            real(*args, **kwargs)
+            with open(args[1], "r+b") as f:
+                f.truncate(os.fstat(f.fileno()).st_size // 2)
+        raise _Crash
 
     return crash
 
 
-_io_host_bytes = _io.host_bytes
-
-
-@pytest.mark.parametrize("where", ["while writing tensors", "in fsync", "in the rename"])
+@pytest.mark.parametrize(
+    "where", ["while fetching tensors", "while writing tensors", "in fsync", "in the rename"]
+)
 def test_a_failed_save_leaves_the_earlier_file_intact_and_no_temporary(
     monkeypatch, mlp_file, where
 ):
     path, params = mlp_file
     before = path.read_bytes()
-    if where == "while writing tensors":
-        monkeypatch.setattr(_io, "host_bytes", _crash_on_call(2))
+    if where == "while fetching tensors":
+        monkeypatch.setattr(_io, "host_bytes", _crash_on_call(_io, "host_bytes", 2))
+    elif where == "while writing tensors":
+        crash = _crash_on_call(_io.safetensors, "serialize_file", 1, half_written=True)
+        monkeypatch.setattr(_io.safetensors, "serialize_file", crash)
     elif where == "in fsync":
         monkeypatch.setattr(_io.os, "fsync", lambda fd: (_ for _ in ()).throw(_Crash()))
     else:
@@ -230,10 +239,12 @@ def test_a_failed_sharded_save_leaves_the_earlier_checkpoint_intact(monkeypatch,
     params = _mlp().init(jax.random.key(0), (2, 4))
     save(tmp_path, params, max_shard_bytes=64)
     before = {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)}
-    monkeypatch.setattr(_io, "host_bytes", _crash_on_call(3))
+    crash = _crash_on_call(_io.safetensors, "serialize_file", 3, half_written=True)
+    monkeypatch.setattr(_io.safetensors, "serialize_file", crash)
     with pytest.raises(_Crash):
         save(tmp_path, jax.tree.map(lambda a: a + 1, params), max_shard_bytes=64)
     monkeypatch.undo()
+    assert len(before) > 3  # the crash came after two shards were written
     assert {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)} == before
     np.testing.assert_array_equal(load(tmp_path)["0.weight"], params["0"]["weight"])
 
@@ -255,9 +266,14 @@ def test_truncated_files_raise_a_checkpoint_error_naming_the_file(mlp_file):
             load(path)
         assert info.value.path == os.fspath(path)
         assert re.search(r"truncated|not a safetensors file|corrupted", str(info.value))
-    path.write_bytes(data[: len(data) - 4])
-    with pytest.raises(CheckpointError, match=r"truncated: the header describes \d+ bytes"):
-        load(path)
+    for damaged in (data[: len(data) - 4], data + b"\0" * 4):  # short, or extra bytes
+        path.write_bytes(damaged)
+        with pytest.raises(
+            CheckpointError,
+            match=_error_names(path) + r": truncated or corrupted: its tensor data does not "
+            r"fill the file as the header describes \(safetensors: .*not fully covered\)",
+        ):
+            load(path)
 
 
 @pytest.mark.parametrize("size", [0, 5, 64, 4096])
@@ -277,14 +293,15 @@ def test_a_torch_save_zip_is_recognised(torch, tmp_path):
 
 
 def test_every_single_bit_flip_in_the_header_is_caught_or_harmless(mlp_file):
-    """A flipped bit either raises ``CheckpointError``, or only renames a tensor or
-    changes the metadata: the values come back unchanged. Nothing else escapes, and
-    whatever the reference parser rejects we reject too."""
+    """A flipped bit either raises ``CheckpointError`` naming the file, or only renames a
+    tensor or changes the metadata (the name order included): every value comes back
+    unchanged, under its own name or, for the one renamed tensor, the new name. Nothing
+    else escapes, and whatever loads, the reference parser accepts too."""
     import safetensors
 
     path, params = mlp_file
     data = path.read_bytes()
-    original = list(flatten(params).values())
+    original = {k: np.asarray(v) for k, v in flatten(params).items()}
     caught = 0
     for pos in range(_header_end(data)):
         for bit in (0, 3, 6):
@@ -297,9 +314,13 @@ def test_every_single_bit_flip_in_the_header_is_caught_or_harmless(mlp_file):
                 assert os.fspath(path) in str(e)
                 caught += 1
                 continue
-            assert len(loaded) == len(original), (pos, bit)
-            for got, want in zip(loaded.values(), original, strict=True):
-                np.testing.assert_array_equal(got, want)
+            renamed = [k for k in loaded if k not in original]
+            lost = [k for k in original if k not in loaded]
+            assert len(loaded) == len(original) and len(renamed) == len(lost) <= 1, (pos, bit)
+            for name, value in loaded.items():
+                want = original[lost[0]] if name in renamed else original[name]
+                np.testing.assert_array_equal(value, want)
+                assert value.dtype == want.dtype
             safetensors.deserialize(bytes(damaged))  # the reference parser accepts it too
     assert caught > 0.5 * 3 * _header_end(data)
 
@@ -310,6 +331,64 @@ def test_the_reference_parser_accepts_what_we_write(mlp_file):
     path, params = mlp_file
     names = [name for name, _ in safetensors.deserialize(path.read_bytes())]
     assert sorted(names) == sorted(flatten(params))
+
+
+def test_the_name_order_is_kept_in_the_metadata_and_hidden_from_load_metadata(tmp_path):
+    """The safetensors package lays the header out by dtype, then name; ``save`` keeps
+    the names' own order in the metadata, ``load`` restores it, and a file whose order
+    entry does not list exactly its names (written by another tool) loads in layout order."""
+    import safetensors
+    import safetensors.numpy
+
+    params = {"w": jnp.ones(2), "c": jnp.ones(3, jnp.bfloat16), "n": jnp.zeros((), jnp.int32)}
+    params["a"] = jnp.ones(1)
+    path = save(tmp_path / "o.safetensors", params, metadata={"step": "1"})
+    with safetensors.safe_open(path, framework="numpy") as f:
+        assert f.offset_keys() == ["a", "w", "n", "c"]  # F32 by name, I32, then BF16
+        assert f.metadata()["purelayers.order"] == '["w","c","n","a"]'
+    assert list(load(path)) == ["w", "c", "n", "a"]
+    assert load_metadata(path) == {"format": "pt", "step": "1"}
+    with pytest.raises(ValueError, match=r"save: metadata key 'purelayers.order' is reserved"):
+        save(path, params, metadata={"purelayers.order": "[]"})
+
+    other = tmp_path / "other.safetensors"
+    values = {"z": np.ones(2, np.float32), "y": np.zeros(1, np.float64)}
+    for order in ('["z"]', '["z","q"]', "not json", "[1, 2]"):
+        safetensors.numpy.save_file(values, other, metadata={"purelayers.order": order})
+        loaded = load(other)
+        assert list(loaded) == ["y", "z"]  # F64 before F32: the package's layout
+        np.testing.assert_array_equal(loaded["z"], values["z"])
+
+
+def test_float8_round_trips_and_dtypes_we_cannot_represent_are_named(tmp_path):
+    import ml_dtypes
+    import safetensors
+
+    params = {
+        "e4m3": jnp.linspace(-2, 2, 5).astype(jnp.float8_e4m3fn),
+        "e5m2": jnp.linspace(-2, 2, 5).astype(jnp.float8_e5m2),
+        "bf16": jnp.linspace(-2, 2, 5).astype(jnp.bfloat16),
+    }
+    path = save(tmp_path / "f8.safetensors", params)
+    loaded = load(path)
+    assert list(loaded) == list(params)
+    for name, value in params.items():
+        assert loaded[name].dtype == value.dtype
+        np.testing.assert_array_equal(
+            np.asarray(loaded[name], np.float32), np.asarray(value, np.float32)
+        )
+
+    scale = np.ones(4, ml_dtypes.float8_e8m0fnu)
+    spec = safetensors.TensorSpec(
+        dtype="float8_e8m0fnu", shape=[4], data_ptr=scale.ctypes.data, data_len=scale.nbytes
+    )
+    safetensors.serialize_file({"scale": spec}, tmp_path / "e8m0.safetensors")
+    with pytest.raises(
+        CheckpointError,
+        match=_error_names(tmp_path / "e8m0.safetensors")
+        + r": holds dtypes purelayers cannot represent: \{'scale': 'F8_E8M0'\}",
+    ):
+        load(tmp_path / "e8m0.safetensors")
 
 
 # -- strict and non-strict --------------------------------------------------------------
