@@ -243,23 +243,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "devices": [str(d) for d in jax.devices()],
     }
     t0 = time.perf_counter()
-    results = {}
-    for name in names:
-        print(f"{name} ...", file=sys.stderr)
-        results[name] = bench_workload(name, impls, args)
-    meta.update(load_end=_load(), wall_s=round(time.perf_counter() - t0, 1))
-    data = {"meta": meta, "impls": impls, "results": results}
-    data["mismatched_losses"] = report.loss_mismatches(results)
-    text = report.markdown(data)
-    print(text)
     path = args.json
     if path is None:
         RESULTS.mkdir(parents=True, exist_ok=True)
         path = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}{'-quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(data, indent=1))
+    results: dict[str, Any] = {}
+    data = {"meta": meta, "impls": impls, "results": results}
+    for name in names:
+        print(f"{name} ...", file=sys.stderr)
+        results[name] = bench_workload(name, impls, args)
+        # written after every workload, so an interrupted run keeps what it measured
+        meta.update(load_end=_load(), wall_s=round(time.perf_counter() - t0, 1))
+        data["mismatched_losses"] = report.loss_mismatches(results)
+        text = report.markdown(data)
+        path.write_text(json.dumps(data, indent=1))
+        if args.markdown:
+            args.markdown.write_text(text + "\n")
+    print(text)
     print(f"\nJSON: {path}", file=sys.stderr)
-    if args.markdown:
-        args.markdown.write_text(text)
     return data
 
 

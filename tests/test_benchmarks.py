@@ -1,0 +1,91 @@
+"""The benchmark's smoke mode: tiny shapes, one repeat, so the harness never rots.
+
+No timing is asserted; only that every workload runs, that the implementations build
+the same model (same parameter count and initial loss) and that the report is written.
+"""
+
+import importlib.util
+import json
+
+import jax
+import pytest
+
+from benchmarks import report, run
+
+
+def test_quick_run_writes_json_and_table(tmp_path, capsys):
+    out = tmp_path / "quick.json"
+    md = tmp_path / "quick.md"
+    data = run.main(
+        ["--quick", "--no-eager", "--first-call", "off", "--json", str(out), "--markdown", str(md)]
+    )
+    assert json.loads(out.read_text())["results"].keys() == set(run.workloads.WORKLOADS)
+    assert data["mismatched_losses"] == []
+    for name, row in data["results"].items():
+        assert row["purelayers"]["params"] == row["jax"]["params"], name
+        for impl in ("purelayers", "jax"):
+            assert row[impl]["step_ms"] > 0 and row[impl]["peak_mb"] > 0
+    text = capsys.readouterr().out
+    assert "purelayers / fastest peer" in text and text.strip() == md.read_text().strip()
+
+
+def test_eager_and_bf16_columns(tmp_path):
+    data = run.main(
+        [
+            "--quick",
+            "--workloads",
+            "mlp",
+            "--precision",
+            "bf16",
+            "--first-call",
+            "off",
+            "--json",
+            str(tmp_path / "bf16.json"),
+        ]
+    )
+    row = data["results"]["mlp"]
+    assert set(row) == {"purelayers", "jax", "purelayers-bf16", "jax-bf16"}
+    assert row["purelayers"]["eager_ms"] > 0
+    assert "Mixed precision" in report.markdown(data)
+    assert data["mismatched_losses"] == []
+
+
+def test_first_call_in_a_fresh_process():
+    fc = run.first_call_subprocess("purelayers", "mlp", quick=True)
+    assert "error" not in fc, fc
+    assert fc["first_call_s"] > 0 and fc["compile_s"] > 0 and fc["peak_mb"] > 0
+
+
+PEERS = [i for i in ("flax-linen", "flax-nnx", "equinox", "haiku", "torch") if run.available(i)]
+
+
+@pytest.mark.skipif(not PEERS, reason="no peer library installed (pip install -e '.[bench]')")
+def test_peers_build_the_same_models(tmp_path):
+    # third-party layers broadcast implicitly; purelayers' own rank checks are tested elsewhere
+    with jax.numpy_rank_promotion("allow"):
+        data = run.main(
+            [
+                "--quick",
+                "--impls",
+                "purelayers",
+                *PEERS,
+                "--first-call",
+                "off",
+                "--no-eager",
+                "--json",
+                str(tmp_path / "peers.json"),
+            ]
+        )
+    assert data["mismatched_losses"] == []
+    for name, row in data["results"].items():
+        for impl in PEERS:
+            assert "error" not in row[impl], (name, impl, row[impl])
+            assert row[impl]["step_ms"] > 0
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(SystemExit):
+        run.parse(["--repeats", "0"])
+    with pytest.raises(SystemExit):
+        run.parse(["--impls", "tensorflow"])
+    assert importlib.util.find_spec("benchmarks.run") is not None
