@@ -69,8 +69,8 @@ def _naive_step(params: dict, x: jax.Array, hidden: int) -> Callable:
     def loss(p, x):
         def body(carry, x_t):
             h, c = carry
-            g = x_t @ p["weight_ih_l0"].T + p["bias_ih_l0"] + h @ p["weight_hh_l0"].T
-            g = g + p["bias_hh_l0"]
+            g = x_t @ p["weight_ih_l0"].T + p["bias_ih_l0"][None] + h @ p["weight_hh_l0"].T
+            g = g + p["bias_hh_l0"][None]
             i, f, gg, o = jnp.split(g, 4, axis=-1)
             c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(gg)
             h = jax.nn.sigmoid(o) * jnp.tanh(c)
