@@ -71,7 +71,6 @@ class JaxRunner:
             updates, opt_state = opt.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, value
 
-        self._loss = jax.jit(loss)
         self._jit_step = jax.jit(step, donate_argnums=(0, 1))
         self.params = jax.tree.map(jnp.asarray, model.params)
         self.opt_state = opt.init(self.params)
@@ -84,7 +83,14 @@ class JaxRunner:
         return sum(int(np.prod(a.shape)) for a in jax.tree.leaves(self.params))
 
     def initial_loss(self) -> float:
-        return float(self._loss(self.params, self.x, self.y))
+        """The loss at the initial params: the value the first training step returns
+        (this takes that step, and saves compiling a separate loss function)."""
+        if self.compiled is None:
+            self.compile()
+        self.params, self.opt_state, loss = self.compiled(
+            self.params, self.opt_state, self.x, self.y
+        )
+        return float(loss)
 
     def compile(self) -> None:
         """Trace + lower, then compile; times both into ``self.timings``."""
