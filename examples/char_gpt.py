@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import sys
 import time
 from pathlib import Path
@@ -208,10 +207,6 @@ def main(argv=None) -> dict:
 
     prompt = vocab.encode("The ")
     sample = vocab.decode(generate(model, params, prompt, args.sample_len, args.temperature, key))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sample.txt").write_text(sample)
-    if hasattr(pl.params, "save"):
-        pl.params.save(args.out / "model.safetensors", params, model=model)
     metrics = {
         "valid_loss": valid_loss,
         "initial_valid_loss": initial_loss,
@@ -224,11 +219,7 @@ def main(argv=None) -> dict:
         "parameters": pl.params.count(params),
         "history": history,
     }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    print(f"{len(text):,} characters, vocabulary {len(vocab)}, {metrics['parameters']:,} params")
-    print(f"trained {args.steps} steps in {seconds:.1f} s; outputs in {args.out}")
-    print(f"validation loss {valid_loss:.3f} nats/char vs unigram baseline {baseline:.3f}")
-    print("sample:\n" + sample)
+    common.finish_text_run(args.out, model, params, metrics, sample, len(text))
     return metrics
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import sys
 import time
 from pathlib import Path
@@ -164,10 +163,6 @@ def main(argv=None) -> dict:
     sample = vocab.decode(
         generate(model, params, vocab.encode("The "), args.sample_len, args.temperature, key)
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sample.txt").write_text(sample)
-    if hasattr(pl.params, "save"):
-        pl.params.save(args.out / "model.safetensors", params, model=model)
     metrics = {
         "valid_loss": valid_loss,
         "unigram_loss": baseline,
@@ -179,11 +174,7 @@ def main(argv=None) -> dict:
         "parameters": pl.params.count(params),
         "history": history,
     }
-    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    print(f"{len(text):,} characters, vocabulary {len(vocab)}, {metrics['parameters']:,} params")
-    print(f"trained {args.steps} steps in {seconds:.1f} s; outputs in {args.out}")
-    print(f"validation loss {valid_loss:.3f} nats/char vs unigram baseline {baseline:.3f}")
-    print("sample:\n" + sample)
+    common.finish_text_run(args.out, model, params, metrics, sample, len(text))
     return metrics
 
 

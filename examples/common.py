@@ -145,3 +145,24 @@ def plot_curves(history: dict, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def finish_text_run(out, model, params, metrics: dict, sample: str, text_chars: int) -> None:
+    """Save a character model's run (checkpoint, metrics, sample) and print its summary."""
+    import json
+
+    import purelayers as pl
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sample.txt").write_text(sample)
+    pl.params.save(out / "model.safetensors", params, model=model)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    print(
+        f"{text_chars:,} characters, vocabulary {metrics['vocab']}, {metrics['parameters']:,} params"
+    )
+    print(f"trained {metrics['steps']} steps in {metrics['seconds']:.1f} s; outputs in {out}")
+    print(
+        f"validation loss {metrics['valid_loss']:.3f} nats/char "
+        f"vs unigram baseline {metrics['unigram_loss']:.3f}"
+    )
+    print("sample:\n" + sample)

@@ -1,22 +1,12 @@
 """The CNN example trains with BatchNorm state and its checkpoint loads into torch."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("digits_cnn", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.example_loader import load_example
 
 
 def test_smoke_run_and_torch_loads_checkpoint(tmp_path, torch):
-    example = load_example()
+    example = load_example("digits_cnn")
     metrics = example.main(["--steps", "40", "--width", "8", "--out", str(tmp_path), "--no-plot"])
     history = metrics["history"]
     assert history["loss"][-1] < history["loss"][0]

@@ -1,23 +1,14 @@
 """The README's main job runs end to end in a short smoke mode."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits_mlp.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("digits_mlp", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.example_loader import load_example
 
 
 def test_smoke_run_learns_and_writes_outputs(tmp_path, torch):
-    example = load_example()
+    example = load_example("digits_mlp")
     metrics = example.main(["--steps", "60", "--out", str(tmp_path)])
     assert metrics["history"]["loss"][-1] < metrics["history"]["loss"][0]
     assert metrics["test_accuracy"] > 0.5
