@@ -28,7 +28,6 @@ counted per function, so one trigger cannot stand in for two sites.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import pathlib
 import tempfile
 import traceback
@@ -44,6 +43,7 @@ import purelayers as pl
 from purelayers import layers as L
 from purelayers.layers._checks import LayerError
 from purelayers.params import CheckpointError
+from tests.composites import Residual
 
 PKG = pathlib.Path(pl.__file__).resolve().parent
 HELPERS = {"check_int", "check_float", "check_choice", "need_key", "need_ndim", "need_axis"}
@@ -100,23 +100,6 @@ def bn_run(layer, shape, x_shape=None, *, train=False, with_state=True):
         return layer.apply(layer.init(KEY, shape), x, state=state, train=train)
 
     return jax.eval_shape(go)
-
-
-@dataclasses.dataclass(frozen=True)
-class Residual(L.Layer):
-    """A custom composite calling its children through ``Layer.call``."""
-
-    norm: L.Layer
-    body: L.Layer
-
-    def init(self, key, shape, dtype=jnp.float32):
-        return {
-            "norm": self.norm.init(jax.random.fold_in(key, 0), shape, dtype),
-            "body": self.body.init(jax.random.fold_in(key, 1), shape, dtype),
-        }
-
-    def apply(self, params, x, *, key=None, train=False):
-        return x + self.call("body", params, self.call("norm", params, x), key=key, train=train)
 
 
 @traced

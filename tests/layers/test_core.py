@@ -9,6 +9,7 @@ import pytest
 
 import purelayers as pl
 from purelayers import layers as L
+from tests.composites import Residual
 from tests.parity import check_parity, load_from_torch
 
 
@@ -180,24 +181,6 @@ def test_identity_lambda_flatten(torch):
         L.Flatten(3, 1).apply({}, x)
     with pytest.raises(ValueError, match="Lambda: fn must be callable"):
         L.Lambda(3)
-
-
-@dataclasses.dataclass(frozen=True)
-class Residual(L.Layer):
-    """The README's custom composite: x + body(norm(x))."""
-
-    norm: L.Layer
-    body: L.Layer
-
-    def init(self, key, shape, dtype=jnp.float32):
-        return {
-            "norm": self.norm.init(jax.random.fold_in(key, 0), shape, dtype),
-            "body": self.body.init(jax.random.fold_in(key, 1), shape, dtype),
-        }
-
-    def apply(self, params, x, *, key=None, train=False):
-        h = self.call("norm", params, x)
-        return x + self.call("body", params, h, key=key, train=train)
 
 
 def test_custom_composite(torch):
