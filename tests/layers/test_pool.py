@@ -100,6 +100,11 @@ def test_pool_parity(torch, layer, shape):
         (MaxPool2d(2, 2, dilation=2, ceil_mode=True), (2, 2, 7, 6)),
         (MaxPool1d(4, 1, 2), (2, 2, 9)),
         (AdaptiveMaxPool2d((3, 2)), (2, 2, 7, 5)),
+        # windows that tile the input (stride == kernel_size) take the reshape path
+        (MaxPool2d(2), (2, 2, 6, 6)),
+        (MaxPool2d(2, ceil_mode=True), (2, 2, 7, 5)),
+        (MaxPool2d(2, padding=1), (2, 2, 6, 4)),
+        (MaxPool1d(3), (2, 2, 9)),
     ],
     ids=repr,
 )
@@ -107,6 +112,19 @@ def test_max_gradient_ties_match_torch(torch, layer, shape):
     """Among equal maxima the gradient goes to the first in row-major order, as torch's
     CPU kernels; it is not split between them."""
     assert_parity(torch, layer, shape, ties=True)
+
+
+@pytest.mark.parametrize("layer", [MaxPool2d(2), MaxPool2d(3, 1, 1)], ids=repr)
+def test_max_propagates_nan_like_torch(torch, layer):
+    """A window holding a NaN pools to NaN (torch's CPU kernel), on both the tiled
+    reshape path and ``reduce_window``."""
+    x = np.arange(2 * 1 * 4 * 4, dtype=np.float32).reshape(2, 1, 4, 4)
+    x[0, 0, 1, 2] = np.nan
+    x[1, 0, 3, 3] = np.nan
+    want = torch_twin(torch, layer)(torch.tensor(x)).numpy()
+    got = np.asarray(layer.apply({}, jnp.asarray(x)))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
