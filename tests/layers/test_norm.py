@@ -145,14 +145,43 @@ def test_rms_norm_torch_parity(torch, kwargs, torch_kwargs, shape):
     check_parity(torch, module, rms.apply, params, [_x(*shape)], rtol=1e-4, atol=1e-5)
 
 
-def test_layer_norm_large_mean_stays_accurate():
-    """Rows with |mean| >> std: a one-pass E[x^2] - E[x]^2 variance loses every digit at
-    shift 1000 in float32 (error ~0.4); the two-pass form stays within 2e-4."""
-    x = _x(8, 64, shift=1000.0)
+@pytest.mark.parametrize("case", ["shift 1000", "outlier first", "outlier first, shift"])
+def test_layer_norm_stays_accurate_where_one_pass_variance_fails(case):
+    """Rows with |mean| >> std: the plain one-pass E[x^2] - E[x]^2 variance loses every
+    digit at shift 1000 in float32 (error ~0.4). The shifted one pass subtracts each
+    row's first element first; its worst case is that element far from the rest (here
+    100 std), and even then (k - mean)^2 / var <= n - 1 keeps it within 2e-4 of the
+    float64 reference, like the two-pass form."""
+    x = _x(8, 64, shift=1000.0 if "shift" in case else 0.0)
+    if "outlier" in case:
+        x[:, 0] += 100.0
     ln = L.LayerNorm()
     y = np.asarray(ln.apply(ln.init(jax.random.key(0), x.shape), jnp.asarray(x)))
     x64 = x.astype(np.float64)
     ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y, ref, atol=2e-4)
+
+
+def test_batch_and_group_norm_stay_accurate_at_large_mean():
+    """The same shifted statistics in BatchNorm2d (per channel over batch and space,
+    also the running mean and variance) and GroupNorm, at a mean of 1000 std."""
+    x = _x(4, 6, 5, 5, shift=1000.0)
+    x64 = x.astype(np.float64)
+    bn = L.BatchNorm2d()
+    params, state = bn.init(jax.random.key(0), x.shape), bn.init_state(x.shape)
+    y, state = bn.apply(params, jnp.asarray(x), state=state, train=True)
+    mean, var = x64.mean((0, 2, 3)), x64.var((0, 2, 3))
+    ref = (x64 - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5)
+    np.testing.assert_allclose(np.asarray(y), ref, atol=2e-4)
+    np.testing.assert_allclose(np.asarray(state["running_mean"]), 0.1 * mean, rtol=1e-6)
+    unbiased = var * x64[:, 0].size / (x64[:, 0].size - 1)
+    np.testing.assert_allclose(np.asarray(state["running_var"]), 0.9 + 0.1 * unbiased, rtol=1e-5)
+    gn = L.GroupNorm(3)
+    y = np.asarray(gn.apply(gn.init(jax.random.key(0), x.shape), jnp.asarray(x)))
+    g = x64.reshape(4, 3, -1)
+    ref = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(
+        x.shape
+    )
     np.testing.assert_allclose(y, ref, atol=2e-4)
 
 
