@@ -122,4 +122,6 @@ CASES = [
          lambda: L.TransformerBlock(4, num_kv_heads=2, norm="rmsnorm", activation="swiglu",
                                     rope=True, bias=False), (2, 5, 16), (2, 5, 16)),
     Case("Repeat", lambda: L.Repeat(L.TransformerBlock(2), 3), (2, 5, 8), (2, 5, 8)),
+    Case("Remat", lambda: L.Remat(L.Sequential(L.Linear(8), L.GELU(), L.Linear(3))), (4, 5),
+         (4, 3), lambda t: t.nn.Sequential(t.nn.Linear(5, 8), t.nn.GELU(), t.nn.Linear(8, 3))),
 ]  # fmt: skip

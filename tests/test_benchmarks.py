@@ -89,3 +89,16 @@ def test_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         run.parse(["--impls", "tensorflow"])
     assert importlib.util.find_spec("benchmarks.run") is not None
+
+
+def test_repeat_benchmark_smoke(tmp_path):
+    """Compile-time and memory rows for every stack at two depths; the stacks agree."""
+    from benchmarks import repeat
+
+    out = repeat.main(["--smoke", "--depths", "1", "2", "--json", str(tmp_path / "r.json")])
+    stacks = {"Repeat", "Repeat(remat)", "Sequential", "Sequential(Remat)"}
+    assert {(r["stack"], r["depth"]) for r in out["rows"]} == {
+        (s, d) for s in stacks for d in (1, 2)
+    }
+    assert all(r["peak_mib"] > 0 and r["compile_s"] > 0 for r in out["rows"])
+    assert set(out["ratios"]) == stacks

@@ -523,6 +523,12 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Repeat: layer must be a Layer, got"),
     ("repeat-n", lambda: L.Repeat(L.Linear(2), 0), ValueError,
      r"^Repeat: n must be a positive integer, got 0$"),
+    ("repeat-policy", lambda: L.Repeat(L.Linear(2), 2, remat=True, remat_policy="dots"),
+     ValueError, r"^Repeat: remat_policy must be a jax\.checkpoint_policies policy or None, "
+     r"got 'dots'$"),
+    ("remat-layer", lambda: L.Remat(jnp.tanh), ValueError, r"^Remat: layer must be a Layer, got"),
+    ("remat-policy", lambda: L.Remat(L.Linear(2), remat_policy=3), ValueError,
+     r"^Remat: remat_policy must be a jax\.checkpoint_policies policy or None, got 3$"),
     ("repeat-init-path", lambda: L.Repeat(L.GroupNorm(3), 2).init(KEY, (2, 4)), LayerError,
      r"^Repeat\[0\] GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
     ("repeat-no-cache", lambda: L.Repeat(L.Linear(2), 2).init_cache((1, 2, 2)), LayerError,

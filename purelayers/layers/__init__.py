@@ -85,7 +85,7 @@ from purelayers.layers.pool import (
     MaxPool2d,
 )
 from purelayers.layers.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
-from purelayers.layers.repeat import Repeat
+from purelayers.layers.repeat import Remat, Repeat
 from purelayers.layers.transformer import TransformerBlock
 
 __all__ = [

@@ -1,5 +1,7 @@
-"""``Repeat``: ``n`` copies of one block applied with ``lax.scan``, so compile time does
-not grow with depth, while checkpoint names stay per block (``0.ln1.weight``, ...)."""
+"""How a block runs, not what it computes: ``Repeat`` (``n`` copies of one block applied
+with ``lax.scan``, so compile time does not grow with depth, while checkpoint names stay
+per block, ``0.ln1.weight``, ...) and ``Remat`` (a layer whose activations are
+recomputed in the backward pass instead of stored)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,87 @@ import jax.numpy as jnp
 from purelayers.layers._checks import LayerError, check_int
 from purelayers.layers.core import Layer, Params, _spec
 
-__all__ = ["Repeat"]
+__all__ = ["Remat", "Repeat"]
+
+
+def _policy(policy: Callable[..., Any] | None) -> Callable[..., Any]:
+    return policy or jax.checkpoint_policies.nothing_saveable
+
+
+def _check_policy(layer: str, policy: Any) -> None:
+    if policy is not None and not callable(policy):
+        raise ValueError(
+            f"{layer}: remat_policy must be a jax.checkpoint_policies policy or None, "
+            f"got {policy!r}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Remat(Layer):
+    r"""``layer`` with its activations rematerialized (``jax.checkpoint``): the backward
+    pass recomputes them from the layer's input instead of keeping them from the forward
+    pass, for about one extra forward pass of ``layer``; outputs and gradients are
+    unchanged.
+
+    Measured (``python -m benchmarks.repeat --depths 4 --seq-len 1024 --batch-size 4``,
+    XLA's buffer assignment for a 4-block d256 transformer training step on the CPU):
+    ``Repeat(block, 4, remat=True)`` needs 622 MiB against 1942 MiB without ``remat``,
+    but a Python-loop ``Sequential`` of ``Remat`` blocks needs 2149 MiB against 2081 MiB
+    for the plain stack: XLA:CPU's schedule of one flat program keeps the recomputed
+    activations alive as long as the stored ones would have been. For memory on the CPU,
+    use ``Repeat(..., remat=True)``; ``Remat`` is for single blocks and for backends
+    whose scheduler honours the recomputation.
+
+    Transparent to names: its parameters (and state, and ``ordered``) are exactly
+    ``layer``'s, so ``Sequential(Remat(block), Remat(block))`` has the same checkpoint
+    names as ``Sequential(block, block)`` and loads the same torch ``state_dict``. The
+    ``key``, ``train`` and any other keyword arguments (``state``, ``mask``, ...) pass
+    through to ``layer.apply``.
+
+    Args:
+      layer: the layer to rematerialize.
+      remat_policy: a ``jax.checkpoint_policies`` policy naming what inside ``layer``
+        may still be saved. Default ``None``: nothing is saved (``nothing_saveable``);
+        ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable`` keeps the matrix
+        products and recomputes only the elementwise work.
+
+    Shape:
+      whatever ``layer`` takes and returns.
+    """
+
+    layer: Layer
+    _: dataclasses.KW_ONLY
+    remat_policy: Callable[..., Any] | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.layer, Layer):
+            raise ValueError(f"Remat: layer must be a Layer, got {self.layer!r}")
+        _check_policy("Remat", self.remat_policy)
+
+    def children(self) -> dict[str, Layer]:
+        return {}
+
+    def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
+        return self.layer.ordered(tree)
+
+    @property
+    def takes_ids(self) -> bool:
+        return self.layer.takes_ids
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        return self.layer.init(key, shape, dtype)
+
+    def init_state(self, shape: Any, dtype: Any = jnp.float32) -> Any:
+        return self.layer.init_state(shape, dtype)
+
+    def apply(self, params: Params, x: Any, **kwargs: Any):
+        """``layer.apply(params, x, **kwargs)`` (``key``, ``train``, ``state``, ...)."""
+        train = kwargs.pop("train", False)  # a Python bool: stays static
+
+        def run(p, x, kw):
+            return self.layer.apply(p, x, train=train, **kw)
+
+        return jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
 
 
 def _stack(trees: list[Any]) -> Any:
@@ -40,7 +122,8 @@ class Repeat(Layer):
       n: how many copies.
       remat: rematerialize each block in the backward pass (``jax.checkpoint``), so only
         the activations between blocks are stored and each block's internals are
-        recomputed: lower peak memory for about one extra forward pass. Default ``False``.
+        recomputed: lower peak memory for about one extra forward pass (4 blocks, d256,
+        sequence 1024, batch 4: 622 MiB against 1942 MiB). Default ``False``.
       remat_policy: a ``jax.checkpoint_policies`` policy deciding what inside a block may
         still be saved with ``remat``. Default ``None``: nothing is saved
         (``nothing_saveable``).
@@ -66,6 +149,7 @@ class Repeat(Layer):
         if not isinstance(self.layer, Layer):
             raise ValueError(f"Repeat: layer must be a Layer, got {self.layer!r}")
         check_int("Repeat", "n", self.n)
+        _check_policy("Repeat", self.remat_policy)
 
     def children(self) -> dict[str, Layer]:
         return {str(i): self.layer for i in range(self.n)}
@@ -133,7 +217,6 @@ class Repeat(Layer):
             return (out, None) if c is None else out
 
         if self.remat:
-            policy = self.remat_policy or jax.checkpoint_policies.nothing_saveable
-            body = jax.checkpoint(body, policy=policy)
+            body = jax.checkpoint(body, policy=_policy(self.remat_policy))
         y, new_cache = jax.lax.scan(body, x, (stacked, jnp.arange(self.n), cache))
         return y if cache is None else (y, new_cache)
