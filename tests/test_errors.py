@@ -132,6 +132,16 @@ def _sequential_missing_child():
 
 
 @traced
+def _norm_missing_affine(layer, name, shape):
+    """An affine norm given params without one of its arrays fails; it is not skipped."""
+    model = L.Sequential(layer)
+    params = model.init(KEY, shape)
+    del params["0"][name]
+    kwargs = {"state": model.init_state(shape), "train": True} if "Batch" in repr(layer) else {}
+    return model.apply(params, jnp.ones(shape), **kwargs)
+
+
+@traced
 def _residual_missing_child():
     block = Residual(L.Linear(8), L.Sequential(L.Linear(8)))
     params = block.init(KEY, (2, 8))
@@ -240,6 +250,14 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("sequential-missing-child-params", _sequential_missing_child, LayerError,
      r"^Sequential\[2\] Linear: params has no entry 'weight'\n  got keys \[\]; pass the "
      r"tree init returned"),
+    ("layernorm-missing-bias", lambda: _norm_missing_affine(L.LayerNorm(), "bias", (2, 4)),
+     LayerError, r"^Sequential\[0\] LayerNorm: params has no entry 'bias'\n  got keys \['weight'\]"),
+    ("rmsnorm-missing-weight", lambda: _norm_missing_affine(L.RMSNorm(), "weight", (2, 4)),
+     LayerError, r"^Sequential\[0\] RMSNorm: params has no entry 'weight'\n  got keys \[\]"),
+    ("groupnorm-missing-weight", lambda: _norm_missing_affine(L.GroupNorm(2), "weight", (2, 4, 3)),
+     LayerError, r"^Sequential\[0\] GroupNorm: params has no entry 'weight'\n  got keys \['bias'\]"),
+    ("batchnorm-missing-bias", lambda: _norm_missing_affine(L.BatchNorm1d(), "bias", (3, 4)),
+     LayerError, r"^Sequential\[0\] BatchNorm1d: params has no entry 'bias'\n  got keys \['weight'\]"),
     ("composite-call-missing-params", _residual_missing_child, LayerError,
      r"^Residual\[norm\] Linear: params has no entry 'weight'\n  got keys \[\]"),
     ("init-shape-type", lambda: L.Linear(4).init(KEY, None), ValueError,

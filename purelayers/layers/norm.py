@@ -104,12 +104,13 @@ def _moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array
     return mean_d + k, d - mean_d, var
 
 
-def _affine(y: jax.Array, params: Params, ndim: int) -> jax.Array:
-    """``y * weight + bias`` with parameters spanning the last ``ndim`` axes of ``y``."""
+def _affine(y: jax.Array, params: Params, ndim: int, weight: bool, bias: bool) -> jax.Array:
+    """``y * weight + bias`` with parameters spanning the last ``ndim`` axes of ``y``; the
+    flags say which the layer has (a missing one is a ``KeyError``, never skipped)."""
     lead = (1,) * (y.ndim - ndim)
-    if "weight" in params:
+    if weight:
         y = y * params["weight"].astype(y.dtype).reshape(lead + params["weight"].shape)
-    if "bias" in params:
+    if bias:
         y = y + params["bias"].astype(y.dtype).reshape(lead + params["bias"].shape)
     return y
 
@@ -197,7 +198,9 @@ class LayerNorm(Layer):
         xf, axes = _trailing_input("LayerNorm", x, params, self.normalized_ndim)
         _, centered, var = _moments(xf, axes)
         y = centered * jax.lax.rsqrt(var + self.eps)
-        return _affine(y, params, self.normalized_ndim).astype(jnp.result_type(x))
+        affine = self.elementwise_affine
+        y = _affine(y, params, self.normalized_ndim, affine, affine and self.bias)
+        return y.astype(jnp.result_type(x))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,14 +252,15 @@ class RMSNorm(Layer):
         xf, axes = _trailing_input("RMSNorm", x, params, self.normalized_ndim)
         eps = FLOAT32_EPS if self.eps is None else self.eps
         y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=axes, keepdims=True) + eps)
-        return _affine(y, params, self.normalized_ndim).astype(jnp.result_type(x))
+        y = _affine(y, params, self.normalized_ndim, self.elementwise_affine, False)
+        return y.astype(jnp.result_type(x))
 
 
-def _channel_affine(y: jax.Array, params: Params) -> jax.Array:
-    """``y * weight + bias`` with per-channel parameters on axis 1."""
-    if "weight" in params:
+def _channel_affine(y: jax.Array, params: Params, affine: bool) -> jax.Array:
+    """``y * weight + bias`` with per-channel parameters on axis 1, when ``affine`` (then
+    a missing one is a ``KeyError``, never skipped)."""
+    if affine:
         y = y * broadcast_to_axis(params["weight"].astype(y.dtype), y.ndim, 1)
-    if "bias" in params:
         y = y + broadcast_to_axis(params["bias"].astype(y.dtype), y.ndim, 1)
     return y
 
@@ -344,7 +348,7 @@ class GroupNorm(Layer):
         grouped = xf.reshape(shape[0], self.num_groups, -1)
         _, centered, var = _moments(grouped, (2,))
         y = (centered * jax.lax.rsqrt(var + self.eps)).reshape(shape)
-        return _channel_affine(y, params).astype(jnp.result_type(x))
+        return _channel_affine(y, params, self.affine).astype(jnp.result_type(x))
 
 
 def _width(tree: Any, name: str = "weight") -> int | None:
@@ -439,7 +443,7 @@ class _BatchNorm(Layer):
             mean = broadcast_to_axis(state["running_mean"].astype(xf.dtype), xf.ndim, 1)
             var = broadcast_to_axis(state["running_var"].astype(xf.dtype), xf.ndim, 1)
             centered = xf - mean
-        y = _channel_affine(centered * jax.lax.rsqrt(var + self.eps), params)
+        y = _channel_affine(centered * jax.lax.rsqrt(var + self.eps), params, self.affine)
         y = y.astype(jnp.result_type(x))
         return y if state is None else (y, state)
 

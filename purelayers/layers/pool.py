@@ -43,6 +43,7 @@ maximum in row-major order for its gradient, as torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -163,6 +164,7 @@ class _PoolNd(Layer):
         )
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def _reduce_tiles(x: jax.Array, kernel: tuple[int, ...], op: Any) -> jax.Array:
     """Pooling of exactly padded ``x`` whose windows tile it (stride == kernel_size, no
     dilation): a reshape to ``(..., out_1, k_1, out_2, k_2, ...)`` and a reduction over
@@ -173,7 +175,8 @@ def _reduce_tiles(x: jax.Array, kernel: tuple[int, ...], op: Any) -> jax.Array:
     reaches that one element, as torch's CPU kernel, through elementwise selects instead
     of JAX's ``select_and_scatter_add`` (and no reduction over strided axes). On the CPU this made a [128, 32, 28, 28] 2x2 max pool's
     forward and backward several times faster (``benchmarks/profile.py`` names the
-    kernels)."""
+    kernels). Jitted so that un-jitted (eager) calls run it as one compiled program
+    rather than op by op; under an outer ``jit`` it is inlined."""
     nd = len(kernel)
     lead = x.ndim - nd
     tiles = x.shape[:lead]
