@@ -48,7 +48,10 @@ class Runner:
 
     def __init__(self, case: Case, dtype=jnp.float32):
         self.layer = case.make()
-        self.params = self.layer.init(jax.random.key(0), case.shape, dtype)
+        # jitted (one compiled program instead of one per random op), which sorts dict
+        # keys; ``ordered`` restores torch's order
+        init = jax.jit(self.layer.init, static_argnums=(1, 2))
+        self.params = self.layer.ordered(init(jax.random.key(0), case.shape, dtype))
         self.state = self.layer.init_state(case.shape, dtype)
         self.case = case
 
@@ -92,10 +95,11 @@ def test_contract(case_id, torch):
     jitted(jax.tree.map(lambda a: a + 0, params), example_input(case, jnp.float32, seed=1))
     assert len(traces) == 1
 
-    # vmap over an extra leading batch axis equals the loop
+    # vmap over an extra leading batch axis equals the loop (both jitted: jit == eager
+    # was checked above)
     xs = jnp.stack([x, example_input(case, jnp.float32, seed=2)])
-    batched = jax.vmap(run, in_axes=(None, 0))(params, xs)
-    looped = [run(params, xs[i]) for i in range(2)]
+    batched = jax.jit(jax.vmap(run, in_axes=(None, 0)))(params, xs)
+    looped = [jitted(params, xs[i]) for i in range(2)]
     for i in range(2):
         pl.testing.assert_tree_allclose(
             jax.tree.map(lambda a, i=i: a[i], batched), looped[i], rtol=1e-5, atol=1e-5
@@ -106,7 +110,7 @@ def test_contract(case_id, torch):
         return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree.leaves(run(p, v)))
 
     argnums = (0,) if case.ids is not None else (0, 1)
-    grads = jax.grad(loss, argnums=argnums)(params, x)
+    grads = jax.jit(jax.grad(loss, argnums=argnums))(params, x)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
 
     # configuration identity
@@ -119,7 +123,7 @@ def test_dtype_kept(case_id, dtype):
     case = BY_ID[case_id]
     run = Runner(case, dtype)
     x = example_input(case, dtype)
-    out = run(run.params, x)
+    out = jax.jit(run)(run.params, x)
     for leaf in jax.tree.leaves(out):
         assert leaf.dtype == dtype, f"{case_id}: {leaf.dtype} output for {dtype.__name__} input"
     assert all(
