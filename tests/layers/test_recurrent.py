@@ -209,10 +209,10 @@ def test_written_out_derivative_equals_jax_derivative_of_the_scan(name, monkeypa
     """The sequence layers' hand-written derivative against JAX's own derivative of the
     same scan (the path taken with the written-out one switched off), in float64: the
     gradient and a Hessian-vector product (forward over reverse) agree to round-off, for
-    a bidirectional two-layer stack with padded sequences."""
+    a bidirectional layer with padded sequences."""
     from purelayers.layers import recurrent
 
-    layer = SEQ[name](3, num_layers=2, bidirectional=True)
+    layer = SEQ[name](3, bidirectional=True)
     with jax.enable_x64():
         x = jnp.asarray(_randn((T, B, IN)), jnp.float64)
         params = layer.init(jax.random.key(0), x.shape, jnp.float64)

@@ -247,21 +247,22 @@ def test_remat_block_same_names_outputs_and_gradients():
     gradients (dropout included, same key); its backward pass recomputes the block
     (a ``checkpoint`` in the gradient's jaxpr, none without ``Remat``)."""
     block = TransformerBlock(2, dropout=0.1)
-    plain = Sequential(*[block] * 3)
-    remat = Sequential(*[Remat(block)] * 3)
-    params = plain.init(jax.random.key(0), (2, 16, 8))
-    assert list(P.flatten(remat.init(jax.random.key(0), (2, 16, 8)))) == list(P.flatten(params))
+    plain = Sequential(*[block] * 2)
+    remat = Sequential(*[Remat(block)] * 2)
+    params = plain.init(jax.random.key(0), (2, 6, 8))
+    assert list(P.flatten(remat.init(jax.random.key(0), (2, 6, 8)))) == list(P.flatten(params))
     assert list(remat.ordered(dict(sorted(params.items())))) == list(params)
-    x = jax.random.normal(jax.random.key(1), (2, 16, 8))
+    x = jax.random.normal(jax.random.key(1), (2, 6, 8))
     key = jax.random.key(3)
 
     def loss(model):
         return lambda p: jnp.sum(model.apply(p, x, train=True, key=key) ** 2)
 
-    np.testing.assert_array_equal(
-        remat.apply(params, x, train=True, key=key), plain.apply(params, x, train=True, key=key)
+    np.testing.assert_array_equal(jax.jit(loss(remat))(params), jax.jit(loss(plain))(params))
+    g_remat, g_plain = (
+        jax.jit(jax.grad(loss(remat)))(params),
+        jax.jit(jax.grad(loss(plain)))(params),
     )
-    g_remat, g_plain = jax.grad(loss(remat))(params), jax.grad(loss(plain))(params)
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), g_remat, g_plain
     )
@@ -270,7 +271,7 @@ def test_remat_block_same_names_outputs_and_gradients():
         eqns = jax.make_jaxpr(jax.grad(loss(model)))(params).eqns
         return sum(e.primitive.name.startswith(("remat", "checkpoint")) for e in eqns)
 
-    assert (checkpoints(remat), checkpoints(plain)) == (3, 0)
+    assert (checkpoints(remat), checkpoints(plain)) == (2, 0)
 
 
 def test_repeat_remat_lowers_peak_memory():
