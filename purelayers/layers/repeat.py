@@ -112,7 +112,10 @@ class Repeat(Layer):
     ``nn.Sequential`` of ``n`` blocks loads into it by name and its outputs equal the
     unrolled stack's. ``apply`` stacks the blocks' parameters along a new leading axis and
     runs the block body once under ``lax.scan``: the block is traced and compiled once,
-    whatever ``n`` is (a 24-block stack compiles about as fast as a 2-block one).
+    whatever ``n`` is. Only the stacking of each parameter (and the unstacking of its
+    gradient) grows with ``n``: a 24-block GPT-2 stack's training step compiled in 2.14x
+    the time of a 2-block one, against 5.12x for ``Sequential``
+    (``python -m benchmarks.repeat --depths 2 24 --repeats 3``).
 
     The block must map its input to an output of the same shape and dtype (a residual
     block does).
