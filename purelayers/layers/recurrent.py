@@ -166,14 +166,6 @@ def _scan(step, unroll: int, gi, state0, recurrent, lengths, keep: bool = False)
     return (final, *out) if keep else (final, out, None)
 
 
-def _standard_step(cell):
-    def step(gi, state, recurrent):
-        w_hh, b_hh = recurrent
-        return cell(gi, add(hmm(state[0], w_hh), b_hh), state)
-
-    return step
-
-
 def _all_steps(h: jax.Array, w: jax.Array) -> jax.Array:
     """``h @ w.T`` for every step at once: ``h`` ``(T, [D,] B, H)``, ``w`` ``([D,] G, H)``."""
     if w.ndim == 3:
@@ -187,17 +179,12 @@ def _recurrence(kind, unroll, gi, state0, w_hh, b_hh, lengths):
     """``state_t = cell(gi_t, h_{t-1} @ w_hh.T + b_hh, state_{t-1})`` over time.
 
     Its derivative is written out (see ``Linearized``): the primal loop also stacks each
-    step's residuals, the derivative coefficients are computed for all steps at once, and
-    the tangent loop is linear, with the weight term ``h_{t-1} @ dw_hh.T`` one product
+    step's derivative coefficients, and the tangent loop is linear, with the weight term ``h_{t-1} @ dw_hh.T`` one product
     over all steps outside it. JAX's transpose of that loop is the backward pass: it
     carries only ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it."""
+    step = make_step(kind)
     final, ys, _ = _scan(
-        lambda g, st, r: (*_standard_step(kind.cell)(g, st, r), None),
-        unroll,
-        gi,
-        state0,
-        (w_hh, b_hh),
-        lengths,
+        lambda g, st, r: (*step(g, st, r), None), unroll, gi, state0, (w_hh, b_hh), lengths
     )
     return final, ys
 
