@@ -6,7 +6,8 @@ fix the number of spatial axes. For ``groups == 1`` convolutions the weight grad
 written per kernel tap (``_conv``): on the CPU benchmark's CNN that took the training
 step from 174 to 160 ms (``python -m benchmarks.run --workloads cnn``). Patch extraction
 plus one matrix product (im2col) was measured too and is slower than XLA's CPU
-convolution for the forward pass here (``python -m benchmarks.conv_im2col``). Parameters use PyTorch's names and layouts, so a torch
+convolution for the forward pass here (``python -m benchmarks.conv_im2col``).
+Parameters use PyTorch's names and layouts, so a torch
 ``state_dict`` loads by name.
 
 Convolution (``ConvNd``), as ``torch.nn.ConvNd``::
@@ -227,12 +228,12 @@ def _conv_jvp(stride, padding, dilation, primals, tangents):
     x, weight = primals
     dx, dweight = tangents
     y = _plain_conv(stride, padding, dilation, x, weight)
-    dy = jnp.zeros_like(y)
+    terms = []
     if not isinstance(dx, SymbolicZero):
-        dy = dy + _plain_conv(stride, padding, dilation, dx, weight)
+        terms.append(_plain_conv(stride, padding, dilation, dx, weight))
     if not isinstance(dweight, SymbolicZero):
-        dy = dy + _conv_by_taps(x, dweight, stride, padding, dilation, y.shape[2:])
-    return y, dy
+        terms.append(_conv_by_taps(x, dweight, stride, padding, dilation, y.shape[2:]))
+    return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
 
 
 _conv.defjvp(_conv_jvp, symbolic_zeros=True)
