@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -71,14 +71,6 @@ from purelayers.layers.dropout import dropout
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 
-# Time steps per scan iteration. On CPU (LSTM, batch 32, input 64, hidden 256, seq 100,
-# forward and backward) unrolling 2 or 4 steps measured within noise of 1 (139, 132 and
-# 139 ms): XLA:CPU gains nothing from a longer loop body here. See benchmarks/recurrent.py.
-_UNROLL = 1
-# Use ``_recurrence``'s written-out derivative rather than JAX's derivative of the scan.
-# Both are exact; on that workload the former measured 122 ms a step against 165 ms.
-_HOIST_WEIGHT_GRADIENT = True
-
 
 def _reverse_time(a: jax.Array, lengths: jax.Array | None) -> jax.Array:
     """``a`` ``(T, B, ...)`` reversed in time; with ``lengths``, each sequence is reversed
@@ -100,9 +92,13 @@ def _run_layer(
     x: jax.Array,
     state0: tuple[jax.Array, ...],
     lengths: jax.Array | None,
+    *,
+    unroll: int,
+    custom_derivative: bool,
 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """One layer, all directions. ``x`` ``(T, B, I)``; ``state0`` each ``(D, B, H)``.
-    Returns output ``(T, B, D * H)`` and final states each ``(D, B, H)``."""
+    Returns output ``(T, B, D * H)`` and final states each ``(D, B, H)``. ``unroll`` and
+    ``custom_derivative`` are the layer's arguments of those names."""
     steps, batch, _ = x.shape
     dtype = x.dtype
     parts = [split_params(kind, params, _suffix(layer_index, d), dtype) for d in range(directions)]
@@ -124,8 +120,8 @@ def _run_layer(
         )
         state = state0
 
-    unroll = min(_UNROLL, max(steps, 1))
-    if kind.linearized is not None and _HOIST_WEIGHT_GRADIENT:
+    unroll = min(unroll, max(steps, 1))
+    if kind.linearized is not None and custom_derivative:
         w_hh, b_hh = recurrent
         final, ys = _recurrence(kind, unroll, gi, state, w_hh, b_hh, lengths)
     else:
@@ -237,8 +233,6 @@ def _suffix(layer: int, direction: int) -> str:
 class _Recurrent(Layer):
     """Shared implementation of ``RNN``, ``LSTM`` and ``GRU``."""
 
-    _own_order: ClassVar[tuple[str, ...]] = ()
-
     @property
     def kind(self) -> Kind:
         raise NotImplementedError
@@ -250,9 +244,10 @@ class _Recurrent(Layer):
     def __post_init__(self):
         name = type(self).__name__
         check_common(name, self)
-        check_int(name, "num_layers", self.num_layers)
+        for arg in ("num_layers", "unroll"):
+            check_int(name, arg, getattr(self, arg))
         check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        for flag in ("batch_first", "bidirectional"):
+        for flag in ("batch_first", "bidirectional", "custom_derivative"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(
                     f"{name}: {flag} must be True or False, got {getattr(self, flag)!r}"
@@ -264,19 +259,15 @@ class _Recurrent(Layer):
                 stacklevel=3,
             )
 
-    def names(self) -> list[str]:
-        """Checkpoint names in torch's ``state_dict`` order."""
+    def own_names(self) -> tuple[str, ...]:
+        """Checkpoint names in torch's ``state_dict`` order (``weight_ih_l0``, ...)."""
         base = list(param_shapes(self.kind, 1, 1, self.bias))
-        return [
+        return tuple(
             n + _suffix(layer, d)
             for layer in range(self.num_layers)
             for d in range(self.directions)
             for n in base
-        ]
-
-    def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
-        rank = {n: i for i, n in enumerate(self.names())}
-        return {k: tree[k] for k in sorted(tree, key=lambda k: rank.get(k, len(rank)))}
+        )
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         shape = as_shape(shape)
@@ -340,7 +331,17 @@ class _Recurrent(Layer):
             if layer and use_dropout:
                 x = dropout(x, self.dropout, jax.random.fold_in(key, layer), layer=name)
             layer_state = tuple(s[layer * d : (layer + 1) * d] for s in states)
-            x, final = _run_layer(self.kind, params, layer, d, x, layer_state, lengths)
+            x, final = _run_layer(
+                self.kind,
+                params,
+                layer,
+                d,
+                x,
+                layer_state,
+                lengths,
+                unroll=self.unroll,
+                custom_derivative=self.custom_derivative,
+            )
             finals.append(final)
         h_n = tuple(jnp.concatenate(parts, axis=0) for parts in zip(*finals, strict=True))
         if batched:
@@ -406,6 +407,16 @@ class LSTM(_Recurrent):
         ``None``.
       weight_init, bias_init: initializers overriding the default for all weights /
         all biases.
+      unroll: time steps per iteration of the ``lax.scan`` over time (capped at ``T``).
+        Same results for any value. On CPU (LSTM, batch 32, input 64, hidden 256, seq
+        100, forward and backward) unrolling 2 or 4 steps measured within noise of 1
+        (139, 132 and 139 ms): XLA:CPU gains nothing from a longer loop body. Default
+        ``1``.
+      custom_derivative: differentiate with the written-out derivative of the
+        recurrence (see the module docstring) rather than JAX's own derivative of the
+        scan. Both are exact (equal to round-off); on that workload the former
+        measured 122 ms a step against 165 ms. ``False`` is for comparison and
+        benchmarks. Default ``True``.
 
     Shape:
       ``x``: ``(T, B, I)`` (``(B, T, I)`` with ``batch_first``) or unbatched ``(T, I)``.
@@ -444,6 +455,8 @@ class LSTM(_Recurrent):
     forget_bias: float | None = None
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
+    unroll: int = 1
+    custom_derivative: bool = True
 
     @property
     def kind(self) -> Kind:
@@ -460,6 +473,13 @@ class GRU(_Recurrent):
     ``forget_bias``), with ``hx`` a single ``h_0``; ``reset_after=False`` runs Cho et
     al.'s recurrence with its own parameter names, as ``GRUCell(reset_after=False)``.
 
+    Args:
+      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s (same results; for
+        LSTM on CPU 1, 2, 4 measured within noise: 139, 132, 139 ms). Default ``1``.
+      custom_derivative: use the written-out derivative of the recurrence rather than
+        JAX's derivative of the scan, as ``LSTM``'s (both exact; for LSTM 122 ms
+        against 165 ms). ``reset_after=False`` always takes JAX's. Default ``True``.
+
     Parameters: ``weight_ih_l{l}`` ``(3H, I)``, ``weight_hh_l{l}`` ``(3H, H)``,
     ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(3H,)`` (and ``_reverse``); all
     ``U(-1/sqrt(H), 1/sqrt(H))``.
@@ -475,6 +495,8 @@ class GRU(_Recurrent):
     reset_after: bool = True
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
+    unroll: int = 1
+    custom_derivative: bool = True
 
     def __post_init__(self):
         if not isinstance(self.reset_after, bool):
@@ -496,6 +518,13 @@ class RNN(_Recurrent):
     ``forget_bias``), plus ``nonlinearity``: ``"tanh"`` (default) or ``"relu"``; ``hx`` is
     a single ``h_0``.
 
+    Args:
+      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s (same results; for
+        LSTM on CPU 1, 2, 4 measured within noise: 139, 132, 139 ms). Default ``1``.
+      custom_derivative: use the written-out derivative of the recurrence rather than
+        JAX's derivative of the scan, as ``LSTM``'s (both exact; for LSTM 122 ms
+        against 165 ms). Default ``True``.
+
     Parameters: ``weight_ih_l{l}`` ``(H, I)``, ``weight_hh_l{l}`` ``(H, H)``,
     ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(H,)`` (and ``_reverse``); all
     ``U(-1/sqrt(H), 1/sqrt(H))``.
@@ -511,6 +540,8 @@ class RNN(_Recurrent):
     bidirectional: bool = False
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
+    unroll: int = 1
+    custom_derivative: bool = True
 
     def __post_init__(self):
         check_choice("RNN", "nonlinearity", self.nonlinearity, ("tanh", "relu"))

@@ -204,33 +204,65 @@ def test_two_layer_bidirectional_lstm_gradcheck():
     assert pl.testing.gradcheck(layer.apply, params, x, hx)
 
 
-@pytest.mark.parametrize("name", ["LSTM", "GRU", "RNN"])
-def test_written_out_derivative_equals_jax_derivative_of_the_scan(name, monkeypatch):
-    """The sequence layers' hand-written derivative against JAX's own derivative of the
-    same scan (the path taken with the written-out one switched off), in float64: the
-    gradient and a Hessian-vector product (forward over reverse) agree to round-off, for
-    a bidirectional layer with padded sequences."""
-    from purelayers.layers import recurrent
+KINDS = {"rnn_tanh": "RNN", "rnn_relu": "RNN", "lstm": "LSTM", "gru": "GRU"}  # every Linearized
 
-    layer = SEQ[name](3, bidirectional=True)
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(
+    ("layers", "bidi", "lengths"), [(1, False, None), (2, True, (T, 2))], ids=["l1", "l2-bi-pad"]
+)
+def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi, lengths):
+    """The sequence layers' written-out derivative (``custom_derivative=True``) against
+    JAX's own derivative of the same scan (``custom_derivative=False``), in float64: the
+    gradient w.r.t. the input, the initial state and every parameter, and a
+    Hessian-vector product (forward over reverse), agree to round-off."""
+    name, kw = KINDS[kind], {"nonlinearity": kind[4:]} if kind.startswith("rnn") else {}
+    make = lambda custom: SEQ[name](  # noqa: E731
+        3, num_layers=layers, bidirectional=bidi, custom_derivative=custom, **kw
+    )
     with jax.enable_x64():
         x = jnp.asarray(_randn((T, B, IN)), jnp.float64)
-        params = layer.init(jax.random.key(0), x.shape, jnp.float64)
-        lengths = jnp.asarray([T, 2])
-        tangent = jax.tree.map(lambda a: jnp.full_like(a, 0.5), params)
+        params = make(True).init(jax.random.key(0), x.shape, jnp.float64)
+        hx = _hx(name, layers * (2 if bidi else 1), True)
+        hx = jax.tree.map(lambda a: jnp.asarray(a[..., :3], jnp.float64), hx)
+        lens = None if lengths is None else jnp.asarray(lengths)
+        args = (params, x, hx)
+        tangent = jax.tree.map(lambda a: jnp.full_like(a, 0.5), args)
 
-        def loss(p):
-            out, _ = layer.apply(p, x, lengths=lengths)
-            return jnp.sum(jnp.sin(out) * out)
+        def results(layer):
+            def loss(args):
+                leaves = jax.tree.leaves(layer.apply(*args, lengths=lens))  # output, states
+                return sum(jnp.sum(jnp.sin(a) * a) for a in leaves)
 
-        def grad_and_hvp():
-            grad = jax.grad(loss)(params)
-            return grad, jax.jvp(jax.grad(loss), (params,), (tangent,))[1]
+            grad = jax.grad(loss)(args)
+            return grad, jax.jvp(jax.grad(loss), (args,), (tangent,))[1]
 
-        written = grad_and_hvp()
-        monkeypatch.setattr(recurrent, "_HOIST_WEIGHT_GRADIENT", False)
-        reference = grad_and_hvp()
-    pl.testing.assert_tree_allclose(written, reference, rtol=1e-10, atol=1e-12)
+        written, reference = results(make(True)), results(make(False))
+        assert set(written[0][0]) == set(params)
+        for tree in (written, reference):  # the gradients are not trivially zero
+            assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(tree))
+        pl.testing.assert_tree_allclose(written, reference, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("custom", [True, False])
+def test_unroll_gives_the_same_results(custom):
+    """``unroll`` changes only how the scan is compiled: outputs and gradients agree."""
+    x = jnp.asarray(_randn((T, B, IN)))
+    base = L.LSTM(H, bidirectional=True, custom_derivative=custom)
+    params = base.init(jax.random.key(0), x.shape)
+    lengths = jnp.asarray([T, 3])
+
+    def run(layer):
+        def loss(p, x):
+            return jnp.sum(layer.apply(p, x, lengths=lengths)[0] ** 2)
+
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(params, x)
+
+    expected = run(base)
+    for unroll in (2, 3, 8):
+        layer = L.LSTM(H, bidirectional=True, custom_derivative=custom, unroll=unroll)
+        assert list(layer.init(jax.random.key(0), x.shape)) == list(params)
+        pl.testing.assert_tree_allclose(run(layer), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_default_init_and_overrides():
@@ -462,6 +494,9 @@ def test_traces_once_per_length_and_graph_does_not_grow():
 # -- errors ------------------------------------------------------------------------------------
 
 
+_CUSTOM = "custom_derivative must be True or False,"
+
+
 @pytest.mark.parametrize(
     ("make", "match"),
     [
@@ -475,6 +510,12 @@ def test_traces_once_per_length_and_graph_does_not_grow():
         (lambda: L.GRU(4, reset_after=None), r"GRU: reset_after must be True or False"),
         (lambda: L.LSTM(4, forget_bias=1.0, bias=False), r"LSTM: forget_bias=1.0 .* needs bias"),
         (lambda: L.LSTMCell(4, forget_bias=float("nan")), r"LSTMCell: forget_bias must be"),
+        (lambda: L.LSTM(4, unroll=0), r"^LSTM: unroll must be a positive integer, got 0$"),
+        (lambda: L.RNN(4, unroll=True), r"^RNN: unroll must be a positive integer, got True$"),
+        (lambda: L.GRU(4, unroll=2.0), r"^GRU: unroll must be a positive integer, got 2\.0$"),
+        (lambda: L.LSTM(4, custom_derivative=1), rf"^LSTM: {_CUSTOM} got 1$"),
+        (lambda: L.GRU(4, custom_derivative="no"), rf"^GRU: {_CUSTOM} got 'no'$"),
+        (lambda: L.RNN(4, custom_derivative=None), rf"^RNN: {_CUSTOM} got None$"),
     ],
 )
 def test_config_errors(make, match):
