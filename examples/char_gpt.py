@@ -35,7 +35,7 @@ import functools
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -54,14 +54,15 @@ class CharGPT(L.Layer):
     """Characters in, next-character logits out:
     ``head(norm(blocks(embed(ids) + pos_emb[positions])))``."""
 
-    _own_order: ClassVar[tuple[str, ...]] = ("pos_emb",)
-
     embed: L.Embedding
     blocks: L.Repeat
     norm: L.LayerNorm
     head: L.Linear
     max_len: int
     learned_positions: bool = True
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("pos_emb",)
 
     @property
     def takes_ids(self) -> bool:

@@ -39,7 +39,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -62,13 +62,14 @@ class GPT(L.Layer):
     ``blocks.N.*``; ``norm.*``; ``head.*``.
     """
 
-    _own_order: ClassVar[tuple[str, ...]] = ("pos_emb",)
-
     embed: L.Embedding
     blocks: L.Repeat
     norm: L.LayerNorm
     head: L.Linear
     max_len: int
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("pos_emb",)
 
     @property
     def takes_ids(self) -> bool:

@@ -33,6 +33,8 @@ def save(
     *,
     metadata: Mapping[str, str] | None = None,
     max_shard_bytes: int | None = None,
+    model: Any = None,
+    write_aliases: bool = False,
 ) -> Path:
     """``purelayers.params.save`` for sharded trees, on one host or many.
 
@@ -44,12 +46,17 @@ def save(
     file is an ordinary (optionally Hugging Face-sharded) checkpoint: torch loads it,
     ``load_sharded`` reads it back onto any mesh.
 
+    ``model`` and ``write_aliases`` are ``params.save``'s (torch order, tied names).
+
     Returns:
       the path written (the index file of a sharded checkpoint).
     """
+    options = dict(
+        metadata=metadata, max_shard_bytes=max_shard_bytes, model=model, write_aliases=write_aliases
+    )
     leaves = jax.tree.leaves((params, state))
     if all(not isinstance(a, jax.Array) or a.is_fully_addressable for a in leaves):
-        return _params.save(path, params, state, metadata=metadata, max_shard_bytes=max_shard_bytes)
+        return _params.save(path, params, state, **options)
     from jax.experimental import multihost_utils
 
     def host(a):
@@ -60,9 +67,7 @@ def save(
     params, state = jax.tree.map(host, (params, state))
     written = Path(path)
     if jax.process_index() == 0:
-        written = _params.save(
-            path, params, state, metadata=metadata, max_shard_bytes=max_shard_bytes
-        )
+        written = _params.save(path, params, state, **options)
     multihost_utils.sync_global_devices(f"purelayers.sharding.save:{os.fspath(path)}")
     if max_shard_bytes is not None and jax.process_index() != 0:
         written = written / _io.INDEX_NAME
@@ -133,18 +138,6 @@ def _scan(path: str | os.PathLike) -> dict[str, _Tensor]:
     return {k: tensors[k] for k in weight_map}
 
 
-def _rebuild(tree: Any, values: Mapping[str, Any], prefix: str = "") -> Any:
-    if isinstance(tree, Mapping):
-        return {
-            k: _rebuild(v, values, f"{prefix}.{k}" if prefix else str(k)) for k, v in tree.items()
-        }
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(
-            _rebuild(v, values, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)
-        )
-    return values.get(prefix, tree)
-
-
 def load_sharded(
     path: str | os.PathLike,
     params: Any,
@@ -153,6 +146,7 @@ def load_sharded(
     state_shardings: Any = None,
     *,
     strict: bool = True,
+    model: Any = None,
 ) -> Any:
     """A checkpoint loaded by name straight onto ``shardings``.
 
@@ -168,51 +162,76 @@ def load_sharded(
     missing and unexpected key; shape mismatches are one ``ValueError`` naming each;
     values are cast to the template's dtype. With ``strict=False``, names missing from
     the file keep the template's value (placed on its sharding), which needs a
-    concrete template array there.
+    concrete template array there. ``model`` gives the tied names (``params.load_into``).
+    A ``Repeat``'s stacked blocks are read block by block into their stacked arrays.
 
     Returns:
       ``params``; ``(params, state)`` when ``state`` is given.
     """
     who = f"load_sharded({os.fspath(path)!r})"
-    template = _params.flatten(_params.merge(params, state))
-    placement = _params.flatten(_params.merge(shardings, state_shardings))
-    if set(placement) != set(template):
+    names = _params._specs(params)
+    placement: dict[str, Any] = {}  # every name of a stacked leaf maps to its sharding
+
+    def place(block_names: tuple[str, ...], sharding: Any, _: Any) -> Any:
+        placement.update(dict.fromkeys(block_names, sharding))
+        return sharding
+
+    _params.fill(shardings, place)
+    if state is not None:
+        names.update(_params._specs(state))
+        _params.fill(state_shardings, place)
+    if set(placement) != set(names):
         raise ValueError(
             f"{who}: the shardings do not match the templates by name; without a sharding: "
-            f"{[k for k in template if k not in placement]}; without a template array: "
-            f"{[k for k in placement if k not in template]}"
+            f"{[k for k in names if k not in placement]}; without a template array: "
+            f"{[k for k in placement if k not in names]}"
         )
     tensors = _scan(path)
-    missing = [k for k in template if k not in tensors]
-    unexpected = [k for k in tensors if k not in template]
-    if strict and (missing or unexpected):
-        raise KeyError(
-            f"{who}: the checkpoint does not match the model by name; "
-            f"missing keys: {missing}; unexpected keys: {unexpected}"
+
+    def equal(a: str, b: str) -> bool:
+        dtype = tensors[b].dtype
+        return bool(np.array_equal(tensors[a].read(None, dtype), tensors[b].read(None, dtype)))
+
+    source, keys = _params._match(
+        names, tensors, strict=strict, who=who, aliases=_params._aliases(model), equal=equal
+    )
+    templates = [params] if state is None else [params, state]
+    is_abstract = {}
+    for tree in templates:
+        is_abstract.update(
+            _params.flatten(
+                _params.fill(tree, lambda _, a, __: isinstance(a, jax.ShapeDtypeStruct))
+            )
         )
-    mismatched = [
-        f"{k}: expected {tuple(np.shape(template[k]))}, got {tensors[k].shape}"
-        for k in template
-        if k in tensors and tuple(np.shape(template[k])) != tensors[k].shape
-    ]
-    if mismatched:
-        raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
-    abstract = [k for k in missing if isinstance(template[k], jax.ShapeDtypeStruct)]
+    abstract = [k for k in keys.missing_keys if is_abstract[k]]
     if abstract:
         raise KeyError(f"{who}: missing keys with no template value to keep: {abstract}")
-    loaded = {}
-    for name, leaf in template.items():
-        dtype = jax.dtypes.canonicalize_dtype(leaf.dtype)
-        if name not in tensors:
-            loaded[name] = jax.device_put(jnp.asarray(leaf, dtype), placement[name])
-            continue
-        tensor = tensors[name]
-        loaded[name] = jax.make_array_from_callback(
-            tensor.shape,
-            placement[name],
-            lambda index, tensor=tensor, dtype=dtype: tensor.read(index, dtype),
-            dtype=dtype,
-        )
+
+    def get(block_names: tuple[str, ...], leaf: Any, lead: tuple[int, ...]) -> Any:
+        sharding = placement[block_names[0]]
+        dtype = jax.dtypes.canonicalize_dtype(_params._dtype(leaf))
+        if not any(n in source for n in block_names):
+            return jax.device_put(jnp.asarray(leaf, dtype), sharding)
+        blocks = [tensors[source[n]] if n in source else None for n in block_names]
+
+        def read(index: Any) -> np.ndarray:
+            index = tuple(index) if index is not None else (slice(None),) * len(np.shape(leaf))
+            if not lead:
+                return blocks[0].read(index, dtype)
+            picked = np.arange(len(blocks)).reshape(lead)[index[: len(lead)]]
+            rest = index[len(lead) :]
+            parts = [
+                blocks[i].read(rest, dtype)
+                if blocks[i] is not None
+                else np.asarray(
+                    np.asarray(leaf).reshape(-1, *np.shape(leaf)[len(lead) :])[i][rest], dtype
+                )
+                for i in picked.reshape(-1)
+            ]
+            return np.stack(parts).reshape(picked.shape + parts[0].shape)
+
+        return jax.make_array_from_callback(np.shape(leaf), sharding, read, dtype=dtype)
+
     if state is None:
-        return _rebuild(params, loaded)
-    return _rebuild(params, loaded), _rebuild(state, loaded)
+        return _params.fill(params, get)
+    return _params.fill(params, get), _params.fill(state, get)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,6 +29,7 @@ import numpy as np
 from purelayers import _safetensors_io as _io
 from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
 from purelayers._safetensors_io import CheckpointError
+from purelayers._tree import Stacked, count, fill, flatten, merge, take_block, unflatten
 
 __all__ = [
     "PURELAYERS_TO_TORCH_MHA",
@@ -36,6 +37,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointWarning",
     "IncompatibleKeys",
+    "Stacked",
     "count",
     "flatten",
     "load",
@@ -48,89 +50,6 @@ __all__ = [
     "summary",
     "unflatten",
 ]
-
-
-def _walk(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(tree, Mapping):
-        items = tree.items()
-    elif isinstance(tree, (list, tuple)):
-        items = ((str(i), v) for i, v in enumerate(tree))
-    else:
-        if tree is not None:
-            yield prefix, tree
-        return
-    for k, v in items:
-        k = str(k)
-        if not k or "." in k:
-            raise ValueError(
-                f"flatten: key {k!r} under {prefix or 'the root'!r} cannot be a checkpoint "
-                "name component (empty or containing '.')"
-            )
-        yield from _walk(v, f"{prefix}.{k}" if prefix else k)
-
-
-def flatten(tree: Any) -> dict[str, Any]:
-    """``{"dotted.name": array}`` in the tree's iteration order.
-
-    A freshly initialized tree iterates in registration order, so this lists names
-    exactly as PyTorch's ``state_dict()`` does. Lists and tuples are numbered.
-
-    Example:
-      >>> flatten({"0": {"weight": w, "bias": b}, "2": {"weight": v}})
-      {'0.weight': w, '0.bias': b, '2.weight': v}
-    """
-    return dict(_walk(tree))
-
-
-def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The nested tree of a flat ``{"dotted.name": array}`` dict (inverse of ``flatten``)."""
-    tree: dict[str, Any] = {}
-    for name, value in flat.items():
-        parts = name.split(".")
-        if not all(parts):
-            raise ValueError(f"unflatten: {name!r} has an empty name component")
-        node = tree
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(
-                    f"unflatten: {name!r} needs {'.'.join(parts[: i + 1])!r} to be a group, "
-                    "but it is an array"
-                )
-            node = child
-        if parts[-1] in node:
-            raise ValueError(f"unflatten: {name!r} is both an array and a group of arrays")
-        node[parts[-1]] = value
-    return tree
-
-
-def count(tree: Any) -> int:
-    """Total number of scalars in every array of ``tree``."""
-    return sum(math.prod(jnp.shape(leaf)) for _, leaf in _walk(tree))
-
-
-def merge(params: Any, state: Any = None) -> dict[str, Any]:
-    """One tree holding ``params`` and ``state`` (buffers) under their torch names.
-
-    At every level a module's parameters come first, then its buffers, then its
-    children, as in PyTorch's ``state_dict()``.
-    """
-    if not state:
-        return dict(params)
-    if not params:
-        return dict(state)
-    out: dict[str, Any] = {}
-    for tree in (params, state):
-        for k, v in tree.items():
-            if not isinstance(v, Mapping):
-                if k in out:
-                    raise ValueError(f"merge: {k!r} is both a parameter and a buffer")
-                out[k] = v
-    for k in [*params, *(k for k in state if k not in params)]:
-        p, s = params.get(k), state.get(k)
-        if isinstance(p, Mapping) or isinstance(s, Mapping):
-            out[k] = merge(p or {}, s or {})
-    return out
 
 
 # -- loading by name ------------------------------------------------------------------
@@ -164,11 +83,51 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
-def _load(template: Any, flat: Mapping[str, Any], strict: bool, who: str):
-    """The filled tree and the unmatched names; all checks run before any conversion."""
-    names = flatten(template)
+def _aliases(model: Any) -> dict[str, str]:
+    """``model``'s tied names (``{alias: original}``); none without a model."""
+    if model is None:
+        return {}
+    if not callable(getattr(model, "aliases", None)):
+        raise ValueError(f"model must be a purelayers Layer, got {model!r}")
+    return model.aliases()
+
+
+def _match(
+    names: Mapping[str, Any],
+    available: Mapping[str, Any],
+    *,
+    strict: bool,
+    who: str,
+    aliases: Mapping[str, str] | None = None,
+    equal: Callable[[str, str], bool] | None = None,
+) -> tuple[dict[str, str], IncompatibleKeys]:
+    """Match a template's names (``{name: leaf}``, anything with a shape) against a
+    checkpoint's (``available``), by name, in one pass over the two flat dicts.
+
+    Returns ``{template name: checkpoint name}`` for every name found, and the
+    unmatched names. An alias in ``aliases`` (``{alias: original}``) that the template
+    does not hold stands for its original: when the checkpoint has both, ``equal(alias,
+    original)`` must hold, else a ``ValueError`` names both; when it has only the alias,
+    the original is read from it. Raises (before anything is read or converted) one
+    ``KeyError`` for missing and unexpected names under ``strict``, and one
+    ``ValueError`` naming every shape mismatch.
+    """
+    source = {k: k for k in names if k in available}
+    consumed: set[str] = set()
+    for alias, original in (aliases or {}).items():
+        if alias in names or alias not in available or original not in names:
+            continue
+        consumed.add(alias)
+        if original not in available:
+            source[original] = alias
+        elif equal is not None and not equal(alias, original):
+            raise ValueError(
+                f"{who}: {alias!r} is tied to {original!r} but the checkpoint holds different "
+                f"values under the two names; nothing was loaded"
+            )
     keys = IncompatibleKeys(
-        [k for k in names if k not in flat], [k for k in flat if k not in names]
+        [k for k in names if k not in source],
+        [k for k in available if k not in names and k not in consumed],
     )
     if strict and (keys.missing_keys or keys.unexpected_keys):
         raise KeyError(
@@ -176,19 +135,67 @@ def _load(template: Any, flat: Mapping[str, Any], strict: bool, who: str):
             f"missing keys: {keys.missing_keys}; unexpected keys: {keys.unexpected_keys}"
         )
     mismatched = [
-        f"{k}: expected {tuple(jnp.shape(names[k]))}, got {tuple(np.shape(flat[k]))}"
-        for k in names
-        if k in flat and tuple(np.shape(flat[k])) != tuple(jnp.shape(names[k]))
+        f"{k}: expected {tuple(np.shape(names[k]))}, got {tuple(np.shape(available[src]))}"
+        + ("" if src == k else f" (from {src!r})")
+        for k, src in source.items()
+        if tuple(np.shape(available[src])) != tuple(np.shape(names[k]))
     ]
     if mismatched:
         raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
-    loaded = {k: _like(flat[k], names[k]) for k in names if k in flat}
-    return _rebuild(template, loaded, ""), keys
+    return source, keys
+
+
+def _specs(tree: Any) -> dict[str, jax.ShapeDtypeStruct]:
+    """The flat names of ``tree`` with each block's shape and dtype (nothing sliced)."""
+    return flatten(fill(tree, lambda _, a, __: jax.ShapeDtypeStruct(np.shape(a), _dtype(a))))
+
+
+def _dtype(like: Any) -> Any:
+    return like.dtype if isinstance(like, jax.ShapeDtypeStruct) else jnp.result_type(like)
+
+
+def _equal_values(flat: Mapping[str, Any]) -> Callable[[str, str], bool]:
+    return lambda a, b: bool(np.array_equal(_to_numpy(flat[a]), _to_numpy(flat[b])))
+
+
+def _filler(flat: Mapping[str, Any], source: Mapping[str, str]):
+    """``fill``'s ``get``: each leaf from ``flat`` by name (blocks stacked), cast to the
+    template leaf's dtype and placed on its sharding; unmatched leaves keep theirs."""
+
+    def get(names: tuple[str, ...], leaf: Any, lead: tuple[int, ...]) -> Any:
+        if not any(n in source for n in names):
+            return leaf
+        if not lead:
+            return _like(flat[source[names[0]]], leaf)
+        blocks = [
+            _to_numpy(flat[source[n]])
+            if n in source
+            else np.asarray(take_block(leaf, np.unravel_index(i, lead)))
+            for i, n in enumerate(names)
+        ]
+        return _like(np.stack(blocks).reshape(lead + blocks[0].shape), leaf)
+
+    return get
+
+
+def _load(
+    template: Any, flat: Mapping[str, Any], strict: bool, who: str, model: Any = None
+) -> tuple[Any, IncompatibleKeys]:
+    """The filled tree and the unmatched names; all checks run before any conversion."""
+    source, keys = _match(
+        _specs(template),
+        flat,
+        strict=strict,
+        who=who,
+        aliases=_aliases(model),
+        equal=_equal_values(flat),
+    )
+    return fill(template, _filler(flat, source)), keys
 
 
 def _like(value: Any, like: Any) -> jax.Array:
     """``value`` as a JAX array of ``like``'s dtype, on ``like``'s devices if it has any."""
-    array = jnp.asarray(_to_numpy(value), dtype=jnp.result_type(like))
+    array = jnp.asarray(_to_numpy(value), dtype=_dtype(like))
     sharding = getattr(like, "sharding", None)
     return array if sharding is None else jax.device_put(array, sharding)
 
@@ -215,7 +222,12 @@ def _warn_unmatched(keys: IncompatibleKeys, who: str) -> None:
 
 
 def load_state_dict(
-    template: Any, flat: Mapping[str, Any], *, strict: bool = True, return_keys: bool = False
+    template: Any,
+    flat: Mapping[str, Any],
+    *,
+    strict: bool = True,
+    return_keys: bool = False,
+    model: Any = None,
 ) -> Any:
     """A new tree shaped like ``template`` with arrays taken from ``flat`` by name.
 
@@ -234,28 +246,21 @@ def load_state_dict(
       reported: by a ``CheckpointWarning`` listing them, or, with ``return_keys=True``,
       as an ``IncompatibleKeys`` returned alongside the tree (and no warning).
     - A shape mismatch raises one ``ValueError`` naming each key, expected and got.
+    - ``model``: the layer the template belongs to, for its tied names
+      (``model.aliases()``, see ``layers.Tied``): an alias in ``flat`` (torch's
+      ``state_dict`` lists both names of a tied weight) must equal its original, else a
+      ``ValueError`` names both; a ``flat`` with only the alias fills the original.
+    - Stacked blocks (``Repeat``) are filled from their per-block names.
 
     Returns:
       the new tree; ``(tree, IncompatibleKeys)`` with ``return_keys=True``.
     """
-    tree, keys = _load(template, flat, strict, "load_state_dict")
+    tree, keys = _load(template, flat, strict, "load_state_dict", model)
     if return_keys:
         return tree, keys
     if not strict:
         _warn_unmatched(keys, "load_state_dict")
     return tree
-
-
-def _rebuild(tree: Any, loaded: Mapping[str, Any], prefix: str) -> Any:
-    if isinstance(tree, Mapping):
-        return {
-            k: _rebuild(v, loaded, f"{prefix}.{k}" if prefix else str(k)) for k, v in tree.items()
-        }
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(
-            _rebuild(v, loaded, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(tree)
-        )
-    return loaded.get(prefix, tree)
 
 
 # -- checkpoint files -----------------------------------------------------------------
@@ -318,6 +323,7 @@ def save(
     metadata: Mapping[str, str] | None = None,
     max_shard_bytes: int | None = None,
     model: Any = None,
+    write_aliases: bool = False,
 ) -> Path:
     """Write ``params`` and ``state`` to a safetensors checkpoint that PyTorch loads.
 
@@ -352,6 +358,10 @@ def save(
         trees). The order is kept in the metadata under ``"purelayers.order"`` (a
         reserved key, hidden from ``load_metadata``): the ``safetensors`` package lays
         out the header itself, by dtype and then name.
+      write_aliases: also write each of ``model``'s tied names (``model.aliases()``)
+        with its original's values, for torch's strict ``load_state_dict``, which
+        expects both names of a tied weight. Default ``False``: the original only, as
+        Hugging Face writes tied weights.
 
     Returns:
       the path written: the file, or the index file of a sharded checkpoint.
@@ -362,7 +372,15 @@ def save(
         (without ``max_shard_bytes``).
     """
     meta = _check_metadata(metadata)
-    flat = _in_model_order(model, flatten(merge(params, state)))
+    flat = flatten(merge(params, state))
+    if write_aliases:
+        if model is None:
+            raise ValueError("save: write_aliases=True needs model= (the layer that ties them)")
+        for alias, original in _aliases(model).items():
+            if original not in flat:
+                raise ValueError(f"save: {original!r}, the original of {alias!r}, is not in params")
+            flat[alias] = flat[original]
+    flat = _in_model_order(model, flat)
     entries = [_entry(k, v) for k, v in flat.items()]
     target = Path(path)
     if max_shard_bytes is None:
@@ -427,6 +445,7 @@ def load_into(
     *,
     strict: bool = True,
     return_keys: bool = False,
+    model: Any = None,
 ) -> Any:
     """``params`` (and ``state``) filled by name from the checkpoint at ``path``.
 
@@ -436,7 +455,8 @@ def load_into(
     naming each; values are cast to the templates' dtypes (``int64`` counters to
     ``int32``). With ``strict=False`` (a backbone under a new head), unmatched names
     keep the template's values and are reported by a ``CheckpointWarning``, or returned
-    as ``IncompatibleKeys`` with ``return_keys=True``.
+    as ``IncompatibleKeys`` with ``return_keys=True``. With ``model``, its tied names
+    load as ``load_state_dict`` describes: a file with or without the alias.
 
     Returns:
       ``params``; ``(params, state)`` when a ``state`` template is given; with
@@ -447,12 +467,21 @@ def load_into(
       >>> params = pl.params.load_into("model.safetensors", params)
     """
     flat = _read(path)
-    template = params if state is None else merge(params, state)
-    tree, keys = _load(template, flat, strict, f"load_into({os.fspath(path)!r})")
-    loaded = flatten(tree)
-    result: tuple = (_rebuild(params, loaded, ""),)
+    names = _specs(params)
     if state is not None:
-        result += (_rebuild(state, loaded, ""),)
+        names.update(_specs(state))
+    source, keys = _match(
+        names,
+        flat,
+        strict=strict,
+        who=f"load_into({os.fspath(path)!r})",
+        aliases=_aliases(model),
+        equal=_equal_values(flat),
+    )
+    get = _filler(flat, source)
+    result: tuple = (fill(params, get),)
+    if state is not None:
+        result += (fill(state, get),)
     if return_keys:
         return (*result, keys)
     if not strict:
@@ -479,7 +508,8 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
     registration order even when the trees came back key-sorted from ``jit`` or optax;
     ``summary(params)`` lists a tree in its own iteration order. ``kind`` is
     ``trainable`` for ``params`` and ``buffer`` for ``state``; the last line totals
-    both and their size in memory.
+    both and their size in memory. A tied name of ``model`` (``layers.Tied``) is listed
+    where torch lists it, with kind ``tied to <original>``, and counted once.
 
     Example:
       >>> print(summary(model, params))
@@ -492,16 +522,23 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
     """
     if params is None and isinstance(model, Mapping):
         model, params = None, model
-    kinds = {name: "trainable" for name in flatten(params or {})}
-    kinds.update({name: "buffer" for name in flatten(state or {})})
-    flat = _in_model_order(model, flatten(merge(params or {}, state or {})))
+    kinds = {name: "trainable" for name in _specs(params or {})}
+    kinds.update({name: "buffer" for name in _specs(state or {})})
+    flat = _specs(merge(params or {}, state or {}))
+    for alias, original in _aliases(model).items():
+        if original in flat and alias not in flat:
+            flat[alias], kinds[alias] = flat[original], f"tied to {original}"
+    flat = _in_model_order(model, flat)
     rows = [
-        (name, str(tuple(jnp.shape(a))), str(jnp.result_type(a)), math.prod(jnp.shape(a)))
-        for name, a in flat.items()
+        (name, str(tuple(a.shape)), str(a.dtype), math.prod(a.shape)) for name, a in flat.items()
     ]
     n_params = sum(r[3] for r in rows if kinds[r[0]] == "trainable")
     n_buffers = sum(r[3] for r in rows if kinds[r[0]] == "buffer")
-    nbytes = sum(r[3] * jnp.dtype(r[2]).itemsize for r in rows)
+    nbytes = sum(
+        r[3] * jnp.dtype(r[2]).itemsize
+        for r in rows
+        if r[0] in kinds and not kinds[r[0]].startswith("tied")
+    )
     header = ("name", "shape", "dtype", "count", "kind")
     cells = [header, *[(r[0], r[1], r[2], f"{r[3]:,}", kinds[r[0]]) for r in rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(5)]
@@ -516,5 +553,6 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
     total = f"total: {n_params:,} trainable parameters"
     if n_buffers:
         total += f", {n_buffers:,} buffer value{'s' if n_buffers != 1 else ''}"
-    total += f" in {len(rows)} arrays ({_human_bytes(nbytes)})"
+    arrays = sum(1 for r in rows if not kinds[r[0]].startswith("tied"))
+    total += f" in {arrays} arrays ({_human_bytes(nbytes)})"
     return "\n".join([line(header), rule, *body, rule, total])

@@ -73,8 +73,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from purelayers import params as _params
 from purelayers._sharded_io import load_sharded, save
+from purelayers._tree import BlockKey
 
 __all__ = [
     "Mesh",
@@ -235,6 +235,8 @@ def _resolve(name: str, shape: tuple[int, ...], rules: Rules, mesh: Mesh, defaul
 
 
 def _key_name(key: Any) -> str:
+    if isinstance(key, BlockKey):
+        return "0"  # stacked blocks share one spec: block 0's name stands for all
     for attr in ("key", "idx", "name"):
         if hasattr(key, attr):
             return str(getattr(key, attr))
@@ -249,7 +251,9 @@ def partition_specs(
     Args:
       tree: any pytree of arrays or ``jax.ShapeDtypeStruct``s (params, state, an optax
         state); a leaf's name is its dotted path (dict keys and sequence indices, the
-        checkpoint name for params and state trees).
+        checkpoint name for params and state trees). A ``Repeat``'s stacked blocks
+        (``purelayers.params.Stacked``) take the spec their block ``0`` name gets, with
+        the stacked leading axis left whole.
       rules: ``[(pattern, spec), ...]``, first match wins (see the module docstring).
       mesh: the ``Mesh`` (or ``AbstractMesh``) the specs refer to; its axis sizes are
         checked against the shapes.
@@ -267,7 +271,10 @@ def partition_specs(
 
     def one(path, leaf):
         name = ".".join(_key_name(k) for k in path)
-        return _resolve(name, tuple(int(d) for d in np.shape(leaf)), rules, mesh, default)
+        stacked = sum(isinstance(k, BlockKey) for k in path)
+        shape = tuple(int(d) for d in np.shape(leaf))
+        spec = _resolve(name, shape[stacked:], rules, mesh, default)
+        return P(*(None,) * stacked, *spec) if stacked else spec
 
     return jax.tree_util.tree_map_with_path(one, tree)
 
@@ -289,7 +296,10 @@ def optimizer_shardings(tree: Any, param_shardings: Any) -> Any:
     Use it on ``jax.eval_shape(optimizer.init, params)`` to create the state sharded:
     ``jax.jit(optimizer.init, out_shardings=optimizer_shardings(...))(params)``.
     """
-    by_name = _params.flatten(param_shardings)
+    by_name = {
+        ".".join(_key_name(k) for k in path): sharding
+        for path, sharding in jax.tree_util.tree_flatten_with_path(param_shardings)[0]
+    }
     if not by_name:
         raise ValueError("optimizer_shardings: param_shardings holds no sharding")
     mesh = next(iter(by_name.values())).mesh

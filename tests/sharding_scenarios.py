@@ -126,9 +126,15 @@ def scenario_init(out):
     compiled = init.lower(key).compile()
     hlo = compiled.as_text()
     params = compiled(key)
-    want = pl.params.flatten(shardings)
-    flat = pl.params.flatten(params)
-    plain = pl.params.flatten(jax.jit(lambda k: MODEL.init(k, SHAPE))(key))
+    # One entry per stored array (a Repeat's stacked blocks are one array each), named
+    # as the sharding rules see it (block 0's name for a stack).
+    want, flat, plain = (
+        {
+            ".".join(S._key_name(k) for k in path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+        }
+        for tree in (shardings, params, jax.jit(lambda k: MODEL.init(k, SHAPE))(key))
+    )
     out["init"] = {
         "jit_given_out_shardings": jit_kwargs.get("out_shardings") is shardings,
         "shardings_equal": all(flat[k].sharding == want[k] for k in want),

@@ -10,10 +10,12 @@ from purelayers.layers import core as _core
 from purelayers.layers import dropout as _dropout
 from purelayers.layers import embedding as _embedding
 from purelayers.layers import linear as _linear
+from purelayers.layers import multihead as _multihead
 from purelayers.layers import norm as _norm
 from purelayers.layers import pool as _pool
 from purelayers.layers import recurrent as _recurrent
 from purelayers.layers import repeat as _repeat
+from purelayers.layers import tied as _tied
 from purelayers.layers import transformer as _transformer
 from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import (
@@ -49,7 +51,8 @@ from purelayers.layers.activation import (
     tanh,
 )
 from purelayers.layers.attention import (
-    MultiHeadAttention,
+    AttentionCore,
+    RotaryEmbedding,
     causal_mask,
     rotary_embedding,
     scaled_dot_product_attention,
@@ -66,6 +69,7 @@ from purelayers.layers.core import Flatten, Identity, Lambda, Layer, Params, Seq
 from purelayers.layers.dropout import Dropout, dropout
 from purelayers.layers.embedding import Embedding
 from purelayers.layers.linear import Linear
+from purelayers.layers.multihead import Attention, InProjAttention, MultiHeadAttention
 from purelayers.layers.norm import (
     BatchNorm1d,
     BatchNorm2d,
@@ -86,6 +90,7 @@ from purelayers.layers.pool import (
 )
 from purelayers.layers.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from purelayers.layers.repeat import Remat, Repeat
+from purelayers.layers.tied import Tied
 from purelayers.layers.transformer import TransformerBlock
 
 __all__ = [
@@ -95,8 +100,10 @@ __all__ = [
     *_activation.__all__,
     *_dropout.__all__,
     *_attention.__all__,
+    *_multihead.__all__,
     *_transformer.__all__,
     *_repeat.__all__,
+    *_tied.__all__,
     *_conv.__all__,
     *_pool.__all__,
     *_embedding.__all__,

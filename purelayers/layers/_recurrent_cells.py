@@ -303,16 +303,6 @@ def compute_dtype(x: Any, params: Params) -> Any:
 @dataclasses.dataclass(frozen=True)
 class _Cell(Layer):
     _kind_name: ClassVar[str] = ""
-    _own_order: ClassVar[tuple[str, ...]] = (
-        "weight_ih",
-        "weight_hh",
-        "weight_hh_rz",
-        "weight_hh_n",
-        "bias_ih",
-        "bias_hh",
-        "bias_hh_rz",
-        "bias_hh_n",
-    )
 
     @property
     def kind(self) -> Kind:
@@ -320,6 +310,9 @@ class _Cell(Layer):
 
     def __post_init__(self):
         check_common(type(self).__name__, self)
+
+    def own_names(self) -> tuple[str, ...]:
+        return tuple(param_shapes(self.kind, 1, 1, self.bias))
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         shape = as_shape(shape)

@@ -342,6 +342,9 @@ class PReLU(Layer):
         check_int("PReLU", "num_parameters", self.num_parameters)
         check_float("PReLU", "init_value", self.init_value)
 
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight",)
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         self._check(as_shape(shape))
         w_init = self.weight_init or constant(self.init_value)

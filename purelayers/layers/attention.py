@@ -1,5 +1,7 @@
-"""Attention: ``scaled_dot_product_attention``, ``causal_mask``, ``rotary_embedding`` and
-``MultiHeadAttention`` (grouped-query, rotary positions, a fixed-shape decoding cache).
+"""The attention core: ``scaled_dot_product_attention``, ``causal_mask``,
+``rotary_embedding``, and the parameter-free layers ``RotaryEmbedding`` and
+``AttentionCore`` (heads, grouped-query heads, rotary positions, masks, a fixed-shape
+decoding cache) that every attention layer's projections wrap (``multihead.py``).
 
 Layouts. The functions take PyTorch's layout ``[batch..., heads, seq, head_dim]``.
 Internally everything runs in ``[batch, seq, heads, head_dim]``, the layout of
@@ -18,12 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from purelayers.init import Initializer, xavier_uniform, zeros
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
@@ -35,10 +36,10 @@ from purelayers.layers._checks import (
 )
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.dropout import dropout as _dropout
-from purelayers.layers.linear import TORCH_DEFAULT_WEIGHT, linear
 
 __all__ = [
-    "MultiHeadAttention",
+    "AttentionCore",
+    "RotaryEmbedding",
     "causal_mask",
     "rotary_embedding",
     "scaled_dot_product_attention",
@@ -70,15 +71,6 @@ def _causal(q_pos: jax.Array, kv_len: int) -> jax.Array:
 
 
 # -- rotary position embedding ---------------------------------------------------------
-
-
-def _rope_tables(positions: jax.Array, dim: int, theta: float, dtype: Any):
-    """``cos`` and ``sin`` of shape ``positions.shape + (dim,)`` (angles repeated per half)."""
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=dtype) / dim))
-    positions = jnp.asarray(positions).astype(dtype)
-    angles = positions[..., None] * inv_freq.reshape((1,) * positions.ndim + (-1,))
-    angles = jnp.concatenate([angles, angles], axis=-1)
-    return jnp.cos(angles), jnp.sin(angles)
 
 
 def _apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
@@ -127,7 +119,7 @@ def rotary_embedding(x: jax.Array, positions: Any, *, theta: float = 10000.0) ->
         raise LayerError(
             "rotary_embedding", "positions rank", f"at most {x.ndim - 1}", positions.ndim
         )
-    cos, sin = _rope_tables(positions, x.shape[-1], theta, promote_float(x.dtype))
+    cos, sin = RotaryEmbedding(theta).tables(positions, x.shape[-1], promote_float(x.dtype))
     pad = (1,) * (x.ndim - cos.ndim)
     return _apply_rope(x, cos.reshape(pad + cos.shape), sin.reshape(pad + sin.shape))
 
@@ -340,86 +332,102 @@ def _check_qkv(q, k, v, name):
         )
 
 
-# -- multi-head attention --------------------------------------------------------------
+# -- the attention core ----------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
-class MultiHeadAttention(Layer):
-    r"""Multi-head attention with packed projections, grouped-query heads, rotary
-    positions and a decoding cache. Matches ``torch.nn.MultiheadAttention(E, num_heads,
-    batch_first=True)`` for self- and cross-attention, its ``state_dict`` renamed by
-    ``purelayers.params.rename(sd, purelayers.params.TORCH_MHA_TO_PURELAYERS)``.
+class RotaryEmbedding(Layer):
+    r"""Rotary position embedding (rotate-half, as Llama and ``transformers``), a
+    parameter-free part of an ``AttentionCore``: ``inv_freq[i] = theta ** (-2i / d)``,
+    ``angle = position * inv_freq``, ``y = x cos(angle) + rotate_half(x) sin(angle)``
+    (see ``rotary_embedding``). Subclasses change the frequencies (``inv_freq``), as
+    rope-scaling schemes do.
 
-    ``embed_dim`` ``E`` is read from the last axis of ``init``'s ``shape`` and must divide
-    by ``num_heads``; ``head_dim = E / num_heads``. With ``H = num_heads`` and
-    ``K = num_kv_heads``::
+    Args:
+      theta: the frequency base. Default ``10000.0``.
 
-        q, k, v = split(x @ qkv.weight.T + qkv.bias, [H * head_dim, K * head_dim, K * head_dim])
-        y = concat_heads(softmax(q k^T / sqrt(head_dim) + masks) v) @ out.weight.T + out.bias
+    Shape:
+      ``apply(params, x, positions)``: ``x`` ``(batch, seq, heads, head_dim)``,
+      ``positions`` ``(seq,)`` or ``(batch, seq)``; output like ``x``.
+    """
 
-    Cross-attention: ``apply(params, x, context=c)`` takes queries from ``x`` (the first
-    ``H * head_dim`` rows of ``qkv.weight``) and keys and values from ``c`` (the other
-    rows), with the *same* parameter names, exactly as torch packs ``in_proj_weight`` for
-    cross-attention when ``kdim == vdim == embed_dim``. So one name map serves both:
-    ``{"in_proj_weight": "qkv.weight", "in_proj_bias": "qkv.bias", "out_proj.weight":
-    "out.weight", "out_proj.bias": "out.bias"}`` (``params.TORCH_MHA_TO_PURELAYERS``;
-    ``params.PURELAYERS_TO_TORCH_MHA`` goes back). ``c`` must have
-    ``E`` features too; torch's separate ``q/k/v_proj_weight`` (``kdim != E``) have no
-    equivalent here.
+    theta: float = 10000.0
+
+    def __post_init__(self):
+        check_float("RotaryEmbedding", "theta", self.theta, low=0.0, low_open=True)
+
+    def inv_freq(self, dim: int, dtype: Any) -> jax.Array:
+        """``(dim / 2,)`` angular frequencies."""
+        return 1.0 / (self.theta ** (jnp.arange(0, dim, 2, dtype=dtype) / dim))
+
+    def tables(self, positions: jax.Array, dim: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
+        """``cos`` and ``sin`` of shape ``positions.shape + (dim,)``."""
+        inv = self.inv_freq(dim, dtype)
+        positions = jnp.asarray(positions).astype(dtype)
+        angles = positions[..., None] * inv.reshape((1,) * positions.ndim + (-1,))
+        angles = jnp.concatenate([angles, angles], axis=-1)
+        return jnp.cos(angles), jnp.sin(angles)
+
+    def apply(self, params: Params, x: Any, positions: Any = None, **_: Any) -> jax.Array:
+        x = jnp.asarray(x)
+        t, h = x.shape[1], x.shape[-1]
+        _need_even("RotaryEmbedding", h)
+        positions = jnp.arange(t) if positions is None else jnp.asarray(positions)
+        cos, sin = self.tables(positions, h, promote_float(x.dtype))
+        lead = (1,) if cos.ndim == 2 else (cos.shape[0],)
+        shape = (*lead, t, 1, h)
+        return _apply_rope(x, cos.reshape(shape), sin.reshape(shape))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionCore(Layer):
+    r"""Multi-head scaled dot-product attention over projected inputs, with no
+    parameters of its own: heads, grouped-query heads, rotary positions, masks and a
+    fixed-shape decoding cache. Every attention layer (``MultiHeadAttention``'s fused
+    ``qkv``, ``Attention``'s ``q_proj``/``k_proj``/``v_proj``/``o_proj``,
+    ``InProjAttention``'s torch ``in_proj_weight``) is its projections around this.
+
+    ``q`` ``(batch, q_len, H * head_dim)``, ``k`` ``(batch, kv_len, K * head_dim)``,
+    ``v`` ``(batch, kv_len, K * v_dim)`` are split into heads (``H = num_heads``,
+    ``K = num_kv_heads``; query head ``i`` uses kv head ``i // (H / K)``), rotated by
+    ``rope`` at their positions, and combined as
+    ``softmax(q k^T * scale + masks) v`` (``scaled_dot_product_attention``); the heads
+    are concatenated back to ``(batch, q_len, H * v_dim)``.
 
     Args:
       num_heads: query heads ``H``.
-      num_kv_heads: key/value heads ``K``, a divisor of ``H``; ``1`` is multi-query
-        attention. Default ``None``: ``H`` (torch's layout, where the name map applies).
-      bias: learn ``qkv.bias`` and ``out.bias``. Default ``True``.
-      causal: each position attends to itself and earlier ones (``causal_mask``).
-        Default ``False``.
+      num_kv_heads: key/value heads ``K``, a divisor of ``H``. Default ``None``: ``H``.
+      causal: a query attends keys at its position and before (end-aligned,
+        ``causal_mask``). Default ``False``.
       dropout: attention-weight dropout in train mode (needs ``key``). Default ``0.0``.
-      rope: rotate queries and keys by their positions (``rotary_embedding``);
-        self-attention only. Default ``False``.
-      rope_theta: RoPE frequency base. Default ``10000.0``.
-      weight_init / bias_init: override ``qkv.weight`` / both biases' initializers.
+      rope: a ``RotaryEmbedding`` applied to queries and keys, or ``None``. Default
+        ``None``.
+      scale: multiplies ``q k^T``. Default ``None``: ``1 / sqrt(head_dim)``.
 
-    Masks (``apply``'s ``mask``): broadcastable to ``(batch, H, q_len, kv_len)``;
-    boolean ``True`` = may attend (the *opposite* of torch MHA's boolean ``attn_mask``),
-    or floating point added to the scores. torch's ``key_padding_mask`` ``kpm`` (True =
-    padding) is ``mask=~kpm[:, None, None, :]``.
+    Masks (``mask=``): broadcastable to ``(batch, H, q_len, kv_len)``; boolean ``True``
+    where a query may attend, or floating point added to the scores.
 
-    Decoding: ``cache = mha.init_cache((batch, max_len, E))`` is a fixed-shape tree
-    ``{"keys": (batch, max_len, K, head_dim), "values": (...), "length": int32 scalar}``;
-    ``apply(params, x, cache=cache)`` writes ``x``'s keys and values at
-    ``length .. length + seq - 1`` (``lax.dynamic_update_slice``), lets the new queries
-    attend the cached prefix (causally if ``causal``: ``causal_mask``'s end-aligned
-    offsets), and returns ``(y, new_cache)``. Shapes never change, so a jitted decode
-    step compiles once. Writing past ``max_len`` is not detected (the write is clamped
-    by ``dynamic_update_slice``); size the cache for the whole sequence.
+    Positions (``positions=``): ``(q_len,)`` or ``(batch, q_len)`` integer positions for
+    ``rope`` (per-row positions of a left-padded batch). Default: ``arange(q_len)``
+    after the cache's length.
 
-    Shape:
-      ``x``: ``(batch, seq, E)`` or ``(seq, E)``; ``context``: ``(batch, kv_seq, E)``;
-      output like ``x``.
-
-    Parameters:
-      ``qkv.weight``: ``((H + 2K) * head_dim, E)``, xavier-uniform (torch's
-      ``in_proj_weight`` init). ``qkv.bias``: ``((H + 2K) * head_dim,)``, zeros.
-      ``out.weight``: ``(E, E)``, ``U(-1/sqrt(E), 1/sqrt(E))``. ``out.bias``: ``(E,)``,
-      zeros.
+    Decoding: ``init_cache((batch, max_len), head_dim)`` is ``{"keys": (batch, max_len,
+    K, head_dim), "values": (batch, max_len, K, v_dim), "length": int32 scalar}``;
+    with ``cache=``, the new keys and values are written at ``length`` (``lax.
+    dynamic_update_slice``), the queries attend the cached prefix, and ``apply`` returns
+    ``(y, new_cache)``; shapes never change, so a jitted decode step compiles once.
     """
-
-    _own_order: ClassVar[tuple[str, ...]] = ("qkv", "out")
 
     num_heads: int
     _: dataclasses.KW_ONLY
     num_kv_heads: int | None = None
-    bias: bool = True
     causal: bool = False
     dropout: float = 0.0
-    rope: bool = False
-    rope_theta: float = 10000.0
-    weight_init: Initializer | None = None
-    bias_init: Initializer | None = None
+    rope: RotaryEmbedding | None = None
+    scale: float | None = None
 
     def __post_init__(self):
-        name = "MultiHeadAttention"
+        name = "AttentionCore"
         check_int(name, "num_heads", self.num_heads)
         if self.num_kv_heads is not None:
             check_int(name, "num_kv_heads", self.num_kv_heads)
@@ -431,141 +439,95 @@ class MultiHeadAttention(Layer):
                     self.num_kv_heads,
                 )
         check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        check_float(name, "rope_theta", self.rope_theta, low=0.0, low_open=True)
+        if self.rope is not None and not isinstance(self.rope, RotaryEmbedding):
+            raise config_error(name, "rope", "a RotaryEmbedding or None", self.rope)
+        if self.scale is not None:
+            check_float(name, "scale", self.scale, low=0.0, low_open=True)
 
     @property
     def kv_heads(self) -> int:
         return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
-    def head_dim(self, embed_dim: int) -> int:
-        """``embed_dim // num_heads``; a ``ValueError`` naming both if it does not divide."""
-        if embed_dim % self.num_heads:
-            divisors = [d for d in range(1, embed_dim + 1) if embed_dim % d == 0]
+    def init_cache(
+        self, shape: Any, head_dim: int, dtype: Any = jnp.float32, *, v_dim: int | None = None
+    ) -> dict[str, jax.Array]:
+        """An empty cache for ``shape = (batch, max_len)``."""
+        b, max_len = as_shape(shape)
+        k = jnp.zeros((b, max_len, self.kv_heads, head_dim), dtype)
+        v = k if v_dim in (None, head_dim) else jnp.zeros((b, max_len, self.kv_heads, v_dim))
+        return {"keys": k, "values": v, "length": jnp.zeros((), jnp.int32)}
+
+    def apply(self, params: Params, q: Any, k: Any = None, v: Any = None, **kwargs: Any):
+        """``attend(q, k, v, **kwargs)``; ``k`` and ``v`` default to ``q``."""
+        k = q if k is None else k
+        return self.attend(q, k, v if v is not None else k, **kwargs)
+
+    def _split(self, a: jax.Array, heads: int, what: str, layer: str) -> jax.Array:
+        if a.ndim != 3 or a.shape[-1] % heads:
             raise LayerError(
-                "MultiHeadAttention",
-                f"embed_dim {embed_dim} (the last axis of x) must be divisible by "
-                f"num_heads {self.num_heads}",
-                None,
-                None,
-                f"choose num_heads among {divisors}",
+                layer,
+                f"{what} must be (batch, seq, heads * head_dim) with {heads} heads;",
+                f"a last axis divisible by {heads}",
+                tuple(a.shape),
             )
-        hd = embed_dim // self.num_heads
-        if self.rope:
-            _need_even("MultiHeadAttention", hd)
-        return hd
+        return a.reshape(*a.shape[:2], heads, a.shape[-1] // heads)
 
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        shape = as_shape(shape)
-        if not shape:
-            raise LayerError("MultiHeadAttention", "input rank", "2 or 3", "0 (a scalar)")
-        e = shape[-1]
-        hd = self.head_dim(e)
-        rows = (self.num_heads + 2 * self.kv_heads) * hd
-        keys = [jax.random.fold_in(key, i) for i in range(4)]
-        b_init = self.bias_init or zeros()
-        qkv = {"weight": (self.weight_init or xavier_uniform())(keys[0], (rows, e), dtype)}
-        out = {"weight": TORCH_DEFAULT_WEIGHT(keys[2], (e, e), dtype)}
-        if self.bias:
-            qkv["bias"] = b_init(keys[1], (rows,), dtype)
-            out["bias"] = b_init(keys[3], (e,), dtype)
-        return {"qkv": qkv, "out": out}
-
-    def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
-        return {
-            name: {k: tree[name][k] for k in ("weight", "bias") if k in tree[name]}
-            for name in self._own_order
-            if name in tree
-        }
-
-    def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
-        """An empty decoding cache for ``shape = (batch, max_len, embed_dim)``."""
-        shape = as_shape(shape)
-        if len(shape) != 3:
-            raise LayerError(
-                "MultiHeadAttention", "init_cache shape", "(batch, max_len, embed_dim)", shape
-            )
-        b, max_len, e = shape
-        kv = jnp.zeros((b, max_len, self.kv_heads, self.head_dim(e)), dtype)
-        return {"keys": kv, "values": kv, "length": jnp.zeros((), jnp.int32)}
-
-    def _project(self, params: Params, name: str, x: jax.Array, rows: slice | None = None):
-        p = params[name]
-        if rows is not None:
-            p = {k: v[rows] for k, v in p.items()}
-        try:
-            return linear(p, x, layer="Linear")
-        except LayerError as e:
-            raise e.within("MultiHeadAttention", name) from None
-
-    def apply(
+    def attend(
         self,
-        params: Params,
-        x: Any,
+        q: Any,
+        k: Any,
+        v: Any,
         *,
         mask: Any = None,
+        positions: Any = None,
+        cache: dict[str, jax.Array] | None = None,
         key: jax.Array | None = None,
         train: bool = False,
-        cache: dict[str, jax.Array] | None = None,
-        context: Any = None,
+        layer: str = "AttentionCore",
     ):
-        x = jnp.asarray(x)
-        if x.ndim not in (2, 3):
-            raise LayerError(
-                "MultiHeadAttention", "input rank", "2 or 3 ((seq, E) or (batch, seq, E))", x.ndim
-            )
-        if x.ndim == 2:
-            c = None if context is None else jnp.asarray(context)[None]
-            m = None if mask is None else jnp.asarray(mask)
-            res = self.apply(params, x[None], mask=m, key=key, train=train, cache=cache, context=c)
-            return (res[0][0], res[1]) if cache is not None else res[0]
-        e = x.shape[-1]
-        hd = self.head_dim(e)
+        """The attention of projected ``q``, ``k``, ``v`` (see the class docstring);
+        ``layer`` names the owner in error messages."""
+        q, k, v = (jnp.asarray(a) for a in (q, k, v))
         h, kh = self.num_heads, self.kv_heads
-        b, t = x.shape[:2]
-        if context is None:
-            qkv = self._project(params, "qkv", x)
-            q, kv = qkv[..., : h * hd], qkv[..., h * hd :]
-        else:
-            if self.rope or cache is not None:
-                raise LayerError(
-                    "MultiHeadAttention",
-                    "context= (cross-attention) works without rope and without cache",
-                    None,
-                    None,
-                )
-            context = jnp.asarray(context)
-            q = self._project(params, "qkv", x, slice(0, h * hd))
-            kv = self._project(params, "qkv", context, slice(h * hd, None))
-        s = kv.shape[1]
-        q = q.reshape(b, t, h, hd)
-        k = kv[..., : kh * hd].reshape(b, s, kh, hd)
-        v = kv[..., kh * hd :].reshape(b, s, kh, hd)
-        offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"]
-        if self.rope:
-            cos, sin = _rope_tables(
-                offset + jnp.arange(t), hd, self.rope_theta, promote_float(q.dtype)
+        q = self._split(q, h, "q", layer)
+        k, v = self._split(k, kh, "k", layer), self._split(v, kh, "v", layer)
+        b, t, _, hd = q.shape
+        if k.shape[-1] != hd or k.shape[:2] != v.shape[:2] or k.shape[0] != b:
+            raise LayerError(
+                layer,
+                "q, k and v must agree in batch, k and v in length, q and k in head_dim;",
+                None,
+                None,
+                f"heads of q {q.shape}, k {k.shape}, v {v.shape}",
             )
-            cos, sin = cos[None, :, None, :], sin[None, :, None, :]
-            q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
-        causal = self.causal
-        extra = None
+        offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"]
+        if self.rope is not None:
+            if k.shape[1] != t:
+                raise LayerError(
+                    layer, "rope needs self-attention (kv_len == q_len);", t, k.shape[1]
+                )
+            pos = offset + jnp.arange(t) if positions is None else jnp.asarray(positions)
+            try:
+                q, k = self.rope.apply({}, q, pos), self.rope.apply({}, k, pos)
+            except LayerError as e:
+                raise LayerError(layer, e.what, e.expected, e.got, e.hint) from None
+        causal, visible, s = self.causal, None, k.shape[1]
         if cache is not None:
-            k, v, cache, extra = self._write_cache(cache, k, v, offset, b, t, e)
+            k, v, cache, visible = self._write_cache(cache, k, v, offset, layer)
             s, causal = k.shape[1], False
-        mask4 = None
-        if mask is not None:
-            mask4 = _to4(mask, (b,), h, t, s, "mask", "MultiHeadAttention")
-        if extra is not None and mask4 is None:
-            mask4 = extra
-        elif extra is not None:  # a float mask forbids with -inf
-            forbidden = jnp.asarray(False if mask4.dtype == jnp.bool_ else -jnp.inf, mask4.dtype)
-            mask4 = jnp.where(extra, mask4, forbidden)
+        mask4 = None if mask is None else _to4(mask, (b,), h, t, s, "mask", layer)
+        if visible is not None:
+            if mask4 is None:
+                mask4 = visible
+            else:  # a float mask forbids with -inf
+                off = jnp.asarray(False if mask4.dtype == jnp.bool_ else -jnp.inf, mask4.dtype)
+                mask4 = jnp.where(visible, mask4, off)
         bias4 = None
         if mask4 is not None and mask4.dtype != jnp.bool_:
             mask4, bias4 = None, mask4
         p = self.dropout if train else 0.0
         if p > 0.0:
-            need_key("MultiHeadAttention", key)
+            need_key(layer, key)
         out = _attend(
             q,
             k.astype(q.dtype),
@@ -573,36 +535,35 @@ class MultiHeadAttention(Layer):
             mask=mask4,
             bias=bias4,
             causal=causal,
-            scale=1.0 / math.sqrt(hd),
+            scale=1.0 / math.sqrt(hd) if self.scale is None else self.scale,
             dropout_p=p,
             key=key,
-            layer="MultiHeadAttention",
+            layer=layer,
         )
-        y = self._project(params, "out", out.reshape(b, t, h * hd))
-        return y if cache is None else (y, cache)
+        out = out.reshape(b, t, h * v.shape[-1])
+        return out if cache is None else (out, cache)
 
-    def _write_cache(self, cache, k, v, offset, b, t, e):
+    def _write_cache(self, cache, k, v, offset, layer):
         keys, values = cache["keys"], cache["values"]
-        want = (b, keys.shape[1], self.kv_heads, e // self.num_heads)
-        if keys.shape != want or values.shape != want:
+        b, t = k.shape[:2]
+        want_k = (b, keys.shape[1], *k.shape[2:])
+        want_v = (b, keys.shape[1], *v.shape[2:])
+        if keys.shape != want_k or values.shape != want_v:
             raise LayerError(
-                "MultiHeadAttention",
+                layer,
                 "cache keys/values shape",
-                want,
+                (want_k, want_v),
                 (keys.shape, values.shape),
                 "make it with init_cache((batch, max_len, embed_dim))",
             )
         if t > keys.shape[1]:
-            raise LayerError(
-                "MultiHeadAttention", "sequence length at most max_len", keys.shape[1], t
-            )
+            raise LayerError(layer, "sequence length at most max_len", keys.shape[1], t)
         zero = jnp.zeros((), jnp.int32)
         at = (zero, offset, zero, zero)
         keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), at)
         values = jax.lax.dynamic_update_slice(values, v.astype(values.dtype), at)
-        q_pos = offset + jnp.arange(t)
         if self.causal:
-            visible = _causal(q_pos, keys.shape[1])
+            visible = _causal(offset + jnp.arange(t), keys.shape[1])
         else:
             visible = jnp.broadcast_to(
                 jnp.arange(keys.shape[1])[None, :] < offset + t, (t, keys.shape[1])

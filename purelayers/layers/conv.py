@@ -335,6 +335,9 @@ class _ConvNd(Layer):
             return tuple((t // 2, t - t // 2) for t in totals)
         return tuple((p, p) for p in self.padding)
 
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight", "bias") if self.bias else ("weight",)
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         return _init_params(self, key, shape, dtype, transposed=False)
 
@@ -441,6 +444,9 @@ class _ConvTransposeNd(Layer):
                 f"{name}: output_padding must be smaller than either stride or dilation "
                 f"(max(stride, dilation) = {limit}), got {self.output_padding}"
             )
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight", "bias") if self.bias else ("weight",)
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         return _init_params(self, key, shape, dtype, transposed=True)

@@ -9,12 +9,13 @@ params are nested dicts whose dotted names are PyTorch ``state_dict`` keys.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from purelayers._tree import Stacked
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
@@ -61,10 +62,6 @@ class Layer:
                 return x + self.call("body", params, h, key=key, train=train)
     """
 
-    # Names of the layer's own arrays in PyTorch's registration order (parameters, then
-    # buffers); used to list an arbitrary (e.g. jitted, key-sorted) tree in that order.
-    _own_order: ClassVar[tuple[str, ...]] = ("weight", "bias")
-
     @property
     def takes_ids(self) -> bool:
         """Whether the input is integer ids rather than floating-point features."""
@@ -85,6 +82,20 @@ class Layer:
 
     # -- composition helpers -------------------------------------------------------
 
+    def own_names(self) -> tuple[str, ...]:
+        """The names of the layer's own arrays (parameters, then buffers), in PyTorch's
+        registration order; children's arrays are not listed.
+
+        This is where a layer declares the names it owns, once: ``init`` and
+        ``init_state`` build their dicts under these names, ``ordered`` lists arbitrary
+        (key-sorted) trees by them, and aliases (``Tied``) are checked against them. A
+        setting that switches an array off leaves its name out (``Linear(4, bias=False)``
+        owns only ``("weight",)``). Default: ``()``, a layer whose arrays are all in
+        children. Override it in a custom layer with arrays of its own (a learned
+        position table ``pos_emb``, say).
+        """
+        return ()
+
     def children(self) -> dict[str, Layer]:
         """Child layers by checkpoint name: fields holding a layer, in field order.
 
@@ -104,40 +115,77 @@ class Layer:
                 out[f.name] = Sequential(*value)
         return out
 
-    def call(self, name: str, params: Params, x: Any, *args: Any, **kwargs: Any) -> Any:
-        """Apply the child held in field ``name`` to ``x`` with ``params[name]``.
+    def aliases(self) -> dict[str, str]:
+        """Tied names: ``{alias: original}``, dotted and relative to this layer.
 
-        Shape errors raised inside the child then name its path (``Block[attn] ...``).
+        An alias names the same array as its original (GPT-2's ``lm_head.weight`` is
+        ``transformer.wte.weight``); the params tree holds only the original. ``Tied``
+        declares them; containers collect their children's under the child's name.
+        ``purelayers.params`` uses them (``model=``) to load files with or without the
+        alias and to write it on request.
         """
-        child = getattr(self, name)
-        p = params.get(name, {})
-        try:
-            return child.apply(p, x, *args, **kwargs)
-        except LayerError as e:
-            raise e.within(type(self).__name__, name) from None
-        except KeyError as e:
-            if not e.args or e.args[0] in p:
-                raise
-            err = missing_params(type(child).__name__, e, p)
-            raise err.within(type(self).__name__, name) from None
+        out: dict[str, str] = {}
+        for name, child in self.children().items():
+            for alias, original in child.aliases().items():
+                out[f"{name}.{alias}"] = f"{name}.{original}"
+        return out
+
+    def call(self, name: str, params: Params, x: Any, *args: Any, **kwargs: Any) -> Any:
+        """Apply the child ``name`` (a key of ``children()``) to ``x`` with ``params[name]``.
+
+        This is the one way containers and composites run a child: errors raised inside
+        it then name its path (``Sequential[conv] Conv2d: ...``) and a child whose entry
+        is missing from ``params`` fails naming it. ``args`` and ``kwargs`` (``key``,
+        ``train``, ``state``, ``mask``, ...) go to the child's ``apply`` unchanged.
+        """
+        kids = self.children()
+        if name not in kids:
+            raise LayerError(
+                type(self).__name__,
+                f"has no child {name!r}",
+                None,
+                None,
+                f"its children are {list(kids)}",
+            )
+        p = params.get(name, {}) if isinstance(params, Mapping) else {}
+        return apply_child(self, name, kids[name], p, x, *args, **kwargs)
 
     def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
         """``tree`` (params, state, or both merged) re-listed in PyTorch's order.
 
         JAX transformations return dicts with sorted keys; this restores registration
-        order: the layer's own arrays (``_own_order``, then any others as given), then
+        order: the layer's own arrays (``own_names()``, then any others as given), then
         its children in order.
         """
         kids = self.children()
         own = [k for k in tree if k not in kids]
-        rank = {name: i for i, name in enumerate(self._own_order)}
+        rank = {name: i for i, name in enumerate(self.own_names())}
         own.sort(key=lambda k: rank.get(k, len(rank)))
         out = {k: tree[k] for k in own}
         for name, child in kids.items():
             if name in tree:
                 sub = tree[name]
-                out[name] = child.ordered(sub) if isinstance(sub, dict) else sub
+                out[name] = child.ordered(sub) if isinstance(sub, (dict, Stacked)) else sub
         return out
+
+
+def apply_child(
+    parent: Layer, name: str, child: Layer, params: Any, x: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``child.apply(params, x, *args, **kwargs)`` with errors naming ``parent[name]``.
+
+    ``Layer.call`` looks the child up by name; containers that hold their children's
+    params in another form (``Repeat``'s stacked blocks) call this directly.
+    """
+    try:
+        return child.apply(params, x, *args, **kwargs)
+    except LayerError as e:
+        raise e.within(type(parent).__name__, name) from None
+    except KeyError as e:
+        if not e.args or (isinstance(params, Mapping) and e.args[0] in params):
+            raise
+        err = missing_params(type(child).__name__, e, params)
+        raise err.within(type(parent).__name__, name) from None
 
 
 def _spec(shape: Any, dtype: Any) -> jax.ShapeDtypeStruct:
@@ -148,21 +196,34 @@ def _abstract(tree: Any) -> Any:
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
 
 
+def _check_child_name(who: str, name: Any) -> str:
+    if not isinstance(name, str) or not name or "." in name:
+        raise ValueError(
+            f"{who}: child names must be non-empty strings without '.', got {name!r} "
+            "(a dot would split the checkpoint name)"
+        )
+    return name
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class Sequential(Layer):
     """Applies layers in order. Matches ``torch.nn.Sequential``.
 
-    Children are named ``"0"``, ``"1"``, ... by position; parameter-free layers consume
-    an index, as in torch, so ``Sequential(Linear(256), ReLU(), Linear(10))`` has
-    ``0.weight``, ``0.bias``, ``2.weight``, ``2.bias``.
+    Children are numbered ``"0"``, ``"1"``, ... by position; parameter-free layers
+    consume an index, as in torch, so ``Sequential(Linear(256), ReLU(), Linear(10))``
+    has ``0.weight``, ``0.bias``, ``2.weight``, ``2.bias``. Given one mapping instead
+    (``torch.nn.Sequential(OrderedDict(...))``), or a list of ``(name, layer)`` pairs,
+    the children take those names: ``Sequential({"conv": Conv2d(8, 3), "bn":
+    BatchNorm2d(), "relu": ReLU()})`` has ``conv.weight``, ``bn.running_mean``, ....
 
-    ``key`` is split per child with ``jax.random.fold_in(key, index)``; ``train`` is passed
-    to every child. In ``init`` each child with parameters gets
-    ``fold_in(key, ordinal)`` where ``ordinal`` counts only the children with parameters
-    before it, so inserting an activation or dropout changes no other layer's weights.
+    ``key`` is split per child with ``jax.random.fold_in(key, index)`` (``index`` the
+    position, named or not); ``train`` is passed to every child. In ``init`` each child
+    with parameters gets ``fold_in(key, ordinal)`` where ``ordinal`` counts only the
+    children with parameters before it, so inserting an activation or dropout changes
+    no other layer's weights.
 
     If any child has buffers (BatchNorm), ``init_state(shape)`` returns them under the
-    child's index and ``apply(params, x, state=state)`` returns ``(y, new_state)``.
+    child's name and ``apply(params, x, state=state)`` returns ``(y, new_state)``.
 
     Shape:
       input: whatever the first layer takes; output: whatever the last one returns.
@@ -171,25 +232,53 @@ class Sequential(Layer):
       >>> mlp = Sequential(Linear(3), ReLU(), Linear(1))
       >>> jax.tree.map(jnp.shape, mlp.init(jax.random.key(0), (5, 2)))
       {'0': {'bias': (3,), 'weight': (3, 2)}, '2': {'bias': (1,), 'weight': (1, 3)}}
+      >>> named = Sequential({"fc": Linear(3), "act": ReLU(), "out": Linear(1)})
+      >>> list(pl.params.flatten(named.init(jax.random.key(0), (5, 2))))
+      ['fc.weight', 'fc.bias', 'out.weight', 'out.bias']
     """
 
     layers: tuple[Layer, ...]
+    names: tuple[str, ...]
 
-    def __init__(self, *layers: Layer):
-        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
-            layers = tuple(layers[0])
-        for i, layer in enumerate(layers):
+    def __init__(self, *layers: Any):
+        if len(layers) == 1 and isinstance(layers[0], Mapping):
+            pairs = list(layers[0].items())
+        elif len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            items = list(layers[0])
+            named = bool(items) and all(
+                isinstance(i, tuple) and len(i) == 2 and not isinstance(i[0], Layer) for i in items
+            )
+            pairs = items if named else [(str(i), v) for i, v in enumerate(items)]
+        else:
+            pairs = [(str(i), v) for i, v in enumerate(layers)]
+        numbered = all(name == str(i) for i, (name, _) in enumerate(pairs))
+        seen: set[str] = set()
+        for name, layer in pairs:
+            _check_child_name("Sequential", name)
+            if name in seen:
+                raise ValueError(f"Sequential: two children are named {name!r}")
+            seen.add(name)
             if not isinstance(layer, Layer):
+                where = name if numbered else repr(name)
                 raise ValueError(
-                    f"Sequential: layers[{i}] must be a Layer, got {type(layer).__name__} "
+                    f"Sequential: layers[{where}] must be a Layer, got {type(layer).__name__} "
                     f"({layer!r}); wrap plain functions in Lambda(fn)"
                 )
-        object.__setattr__(self, "layers", tuple(layers))
+        object.__setattr__(self, "layers", tuple(layer for _, layer in pairs))
+        object.__setattr__(self, "names", tuple(name for name, _ in pairs))
+
+    def __repr__(self) -> str:
+        if self.names == tuple(str(i) for i in range(len(self.layers))):
+            return f"Sequential({', '.join(map(repr, self.layers))})"
+        return f"Sequential({dict(zip(self.names, self.layers, strict=True))!r})"
 
     def __len__(self) -> int:
         return len(self.layers)
 
-    def __getitem__(self, index: int) -> Layer:
+    def __getitem__(self, index: int | str) -> Layer:
+        """The child at position ``index``, or the child named ``index``."""
+        if isinstance(index, str):
+            return self.children()[index]
         return self.layers[index]
 
     def __iter__(self) -> Iterator[Layer]:
@@ -200,7 +289,7 @@ class Sequential(Layer):
         return bool(self.layers) and self.layers[0].takes_ids
 
     def children(self) -> dict[str, Layer]:
-        return {str(i): layer for i, layer in enumerate(self.layers)}
+        return dict(zip(self.names, self.layers, strict=True))
 
     def _trace(self, key: jax.Array | None, shape: Any, dtype: Any) -> tuple[Params, State]:
         """Params (abstract when ``key`` is None) and state, threading shapes through."""
@@ -209,8 +298,7 @@ class Sequential(Layer):
         params: Params = {}
         state: State = {}
         ordinal = 0
-        for i, layer in enumerate(self.layers):
-            name = str(i)
+        for name, layer in zip(self.names, self.layers, strict=True):
             try:
                 if key is None:
                     p = jax.eval_shape(
@@ -245,25 +333,14 @@ class Sequential(Layer):
         state: State | None = None,
     ) -> Any:
         new_state: State = {}
-        for i, layer in enumerate(self.layers):
-            name = str(i)
+        for i, name in enumerate(self.names):
             child_key = None if key is None else jax.random.fold_in(key, i)
-            p = params.get(name, {})
-            try:
-                if state is not None and name in state:
-                    x, new_state[name] = layer.apply(
-                        p, x, key=child_key, train=train, state=state[name]
-                    )
-                else:
-                    x = layer.apply(p, x, key=child_key, train=train)
-            except LayerError as e:
-                raise e.within("Sequential", name) from None
-            except KeyError as e:
-                if not e.args or e.args[0] in p:
-                    raise
-                raise missing_params(type(layer).__name__, e, p).within(
-                    "Sequential", name
-                ) from None
+            if state is not None and name in state:
+                x, new_state[name] = self.call(
+                    name, params, x, key=child_key, train=train, state=state[name]
+                )
+            else:
+                x = self.call(name, params, x, key=child_key, train=train)
         return x if state is None else (x, new_state)
 
 

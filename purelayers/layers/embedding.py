@@ -81,6 +81,9 @@ class Embedding(Layer):
     def takes_ids(self) -> bool:
         return True
 
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight",)
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         """The table; ``shape`` (the ids' shape) does not affect it."""
         del shape

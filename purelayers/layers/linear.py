@@ -41,12 +41,18 @@ class Linear(Layer):
         torch's ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(in), 1/sqrt(in))``.
       bias_init: initializer for ``bias``. Default torch's ``U(-1/sqrt(in), 1/sqrt(in))``.
 
+      transposed: store ``weight`` as ``(in_features, out_features)`` and compute
+        ``y = x @ weight + bias``: the layout of Hugging Face's GPT-2 ``Conv1D``
+        (``c_attn``, ``c_fc``, ...), so its checkpoints load with no transpose. The
+        initial values are the transpose of the default layout's. Default ``False``.
+
     Shape:
       input ``(..., in_features)``; output ``(..., out_features)``. Computes in the
       input's floating dtype.
 
     Parameters:
-      ``weight``: ``(out_features, in_features)``. ``bias``: ``(out_features,)``.
+      ``weight``: ``(out_features, in_features)`` (``(in_features, out_features)`` if
+      ``transposed``). ``bias``: ``(out_features,)``.
 
     Example:
       >>> lin = Linear(3)
@@ -59,9 +65,16 @@ class Linear(Layer):
     bias: bool = True
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
+    transposed: bool = False
 
     def __post_init__(self):
         check_int("Linear", "out_features", self.out_features)
+        for arg in ("bias", "transposed"):
+            if not isinstance(getattr(self, arg), bool):
+                raise ValueError(f"Linear: {arg} must be True or False, got {getattr(self, arg)!r}")
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight", "bias") if self.bias else ("weight",)
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         shape = as_shape(shape)
@@ -72,20 +85,24 @@ class Linear(Layer):
         fan_in = shape[-1]
         wkey, bkey = jax.random.split(key)
         w_init = self.weight_init or TORCH_DEFAULT_WEIGHT
-        params = {"weight": w_init(wkey, (self.out_features, fan_in), dtype)}
+        weight = w_init(wkey, (self.out_features, fan_in), dtype)
+        params = {"weight": weight.T if self.transposed else weight}
         if self.bias:
             b_init = self.bias_init or torch_default_bias(fan_in)
             params["bias"] = b_init(bkey, (self.out_features,), dtype)
         return params
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        return linear(params, x, layer="Linear")
+        return linear(params, x, layer="Linear", transposed=self.transposed)
 
 
-def linear(params: Params, x: jax.Array, *, layer: str = "Linear") -> jax.Array:
-    """``x @ weight.T + bias`` with the shape check every Linear-like layer shares."""
+def linear(
+    params: Params, x: jax.Array, *, layer: str = "Linear", transposed: bool = False
+) -> jax.Array:
+    """``x @ weight.T + bias`` (``x @ weight + bias`` if ``transposed``) with the shape
+    check every Linear-like layer shares."""
     w = params["weight"]
-    out, fan_in = w.shape
+    fan_in, out = w.shape if transposed else w.shape[::-1]
     if jnp.ndim(x) == 0 or jnp.shape(x)[-1] != fan_in:
         got = jnp.shape(x)[-1] if jnp.ndim(x) else "a scalar"
         raise LayerError(
@@ -98,7 +115,9 @@ def linear(params: Params, x: jax.Array, *, layer: str = "Linear") -> jax.Array:
         )
     dtype = jnp.result_type(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else w.dtype
     y = jax.lax.dot_general(
-        jnp.asarray(x, dtype), w.astype(dtype), (((jnp.ndim(x) - 1,), (1,)), ((), ()))
+        jnp.asarray(x, dtype),
+        w.astype(dtype),
+        (((jnp.ndim(x) - 1,), (0 if transposed else 1,)), ((), ())),
     )
     if "bias" in params:
         y = y + params["bias"].astype(dtype).reshape((1,) * (y.ndim - 1) + (out,))

@@ -183,6 +183,11 @@ class LayerNorm(Layer):
         _check_eps("LayerNorm", self.eps)
         check_int("LayerNorm", "normalized_ndim", self.normalized_ndim)
 
+    def own_names(self) -> tuple[str, ...]:
+        if not self.elementwise_affine:
+            return ()
+        return ("weight", "bias") if self.bias else ("weight",)
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         normalized = _trailing("LayerNorm", as_shape(shape), self.normalized_ndim)
         affine, bias = self.elementwise_affine, self.elementwise_affine and self.bias
@@ -230,8 +235,6 @@ class RMSNorm(Layer):
       ``weight``: ``normalized_shape``, ones.
     """
 
-    _own_order: ClassVar[tuple[str, ...]] = ("weight",)
-
     _: dataclasses.KW_ONLY
     eps: float | None = None
     elementwise_affine: bool = True
@@ -242,6 +245,9 @@ class RMSNorm(Layer):
         if self.eps is not None:
             _check_eps("RMSNorm", self.eps)
         check_int("RMSNorm", "normalized_ndim", self.normalized_ndim)
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight",) if self.elementwise_affine else ()
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         normalized = _trailing("RMSNorm", as_shape(shape), self.normalized_ndim)
@@ -336,6 +342,9 @@ class GroupNorm(Layer):
             )
         return shape[1]
 
+    def own_names(self) -> tuple[str, ...]:
+        return ("weight", "bias") if self.affine else ()
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         return _channel_params(self, key, self._check(as_shape(shape)), dtype)
 
@@ -362,7 +371,6 @@ _BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 class _BatchNorm(Layer):
     """Shared implementation of BatchNorm1d/2d/3d (documented on BatchNorm2d)."""
 
-    _own_order: ClassVar[tuple[str, ...]] = ("weight", "bias", *_BUFFERS)
     _ranks: ClassVar[tuple[int, ...]] = ()
     _layout: ClassVar[str] = ""
 
@@ -393,6 +401,10 @@ class _BatchNorm(Layer):
                 f"{len(shape)} (x.shape == {shape})",
             )
         return shape[1]
+
+    def own_names(self) -> tuple[str, ...]:
+        affine = ("weight", "bias") if self.affine else ()
+        return affine + (_BUFFERS if self.track_running_stats else ())
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         return _channel_params(self, key, self._channels(as_shape(shape)), dtype)

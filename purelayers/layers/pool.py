@@ -97,7 +97,6 @@ class _PoolNd(Layer):
     """Shared configuration and windowing of ``MaxPoolNd`` and ``AvgPoolNd``."""
 
     _nd: ClassVar[int] = 2
-    _own_order: ClassVar[tuple[str, ...]] = ()
 
     kernel_size: int | tuple[int, ...]
     stride: int | tuple[int, ...] | None = None
@@ -357,7 +356,6 @@ def _adaptive_axis(x: jax.Array, axis: int, out: int, mode: str) -> jax.Array:
 class _AdaptivePoolNd(Layer):
     _nd: ClassVar[int] = 2
     _mode: ClassVar[str] = "avg"
-    _own_order: ClassVar[tuple[str, ...]] = ()
 
     output_size: int | tuple[int | None, ...] | None
 

@@ -12,8 +12,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from purelayers._tree import Stacked
 from purelayers.layers._checks import LayerError, check_int
-from purelayers.layers.core import Layer, Params, _spec
+from purelayers.layers.core import Layer, Params, _spec, apply_child
 
 __all__ = ["Remat", "Repeat"]
 
@@ -73,7 +74,13 @@ class Remat(Layer):
         _check_policy("Remat", self.remat_policy)
 
     def children(self) -> dict[str, Layer]:
-        return {}
+        return self.layer.children()
+
+    def own_names(self) -> tuple[str, ...]:
+        return self.layer.own_names()
+
+    def aliases(self) -> dict[str, str]:
+        return self.layer.aliases()
 
     def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
         return self.layer.ordered(tree)
@@ -98,24 +105,39 @@ class Remat(Layer):
         return jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
 
 
-def _stack(trees: list[Any]) -> Any:
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+def _stack_leaves(trees: list[Any]) -> Any:
+    """``jnp.stack`` leaf by leaf, keeping the first tree's dict order (torch's)."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _stack_leaves([t[k] for t in trees]) for k in first}
+    if isinstance(first, Stacked):
+        return Stacked(_stack_leaves([t.tree for t in trees]), first.n)
+    return jnp.stack(trees)
+
+
+def _stack(trees: list[Any], n: int) -> Any:
+    if not jax.tree.leaves(trees[0]):
+        return {}
+    return Stacked(_stack_leaves(trees), n)
 
 
 @dataclasses.dataclass(frozen=True)
 class Repeat(Layer):
     r"""``n`` copies of ``layer`` (each with its own parameters) applied in sequence.
 
-    Equivalent to ``Sequential(layer, layer, ..., layer)``, with the same parameter names
-    (``"0.ln1.weight"``, ``"1.ln1.weight"``, ...), the same initial weights (block ``i``
-    gets ``fold_in(key, i)``) and the same per-block dropout keys, so a torch
+    Equivalent to ``Sequential(layer, layer, ..., layer)``, with the same checkpoint
+    names (``"0.ln1.weight"``, ``"1.ln1.weight"``, ...), the same initial weights (block
+    ``i`` gets ``fold_in(key, i)``) and the same per-block dropout keys, so a torch
     ``nn.Sequential`` of ``n`` blocks loads into it by name and its outputs equal the
-    unrolled stack's. ``apply`` stacks the blocks' parameters along a new leading axis and
-    runs the block body once under ``lax.scan``: the block is traced and compiled once,
-    whatever ``n`` is. Only the stacking of each parameter (and the unstacking of its
-    gradient) grows with ``n``: a 24-block GPT-2 stack's training step compiled in 2.14x
-    the time of a 2-block one, against 5.12x for ``Sequential``
-    (``python -m benchmarks.repeat --depths 2 24 --repeats 3``).
+    unrolled stack's.
+
+    Storage: the params tree holds the blocks stacked, as one ``purelayers.params.Stacked``
+    node whose arrays have a leading axis ``n`` (``ln1.weight`` ``(n, E)``), and
+    ``apply`` runs the block body once under ``lax.scan`` over them: the block is traced
+    and compiled once whatever ``n`` is, and no call stacks, slices or copies the
+    weights. ``purelayers.params.flatten``, ``save``, ``load_into``,
+    ``load_state_dict`` and ``summary`` list and fill the per-block names, so
+    checkpoints stay torch's; optax and ``jax.grad`` see one array per block parameter.
 
     The block must map its input to an output of the same shape and dtype (a residual
     block does).
@@ -135,11 +157,15 @@ class Repeat(Layer):
     along a leading axis, and ``apply(params, x, cache=cache)`` returns
     ``(y, new_cache)``.
 
+    Buffers: if ``layer`` has state (BatchNorm), ``init_state(shape)`` is stacked the
+    same way and ``apply(params, x, state=state)`` returns ``(y, new_state)``.
+
     Shape:
       whatever ``layer`` takes; output the same shape.
 
     Parameters:
-      ``"{i}.{name}"`` for block ``i`` and each of ``layer``'s parameter names.
+      ``"{i}.{name}"`` for block ``i`` and each of ``layer``'s parameter names, stored as
+      ``Stacked({name: (n, *shape)}, n)``.
     """
 
     layer: Layer
@@ -161,17 +187,24 @@ class Repeat(Layer):
     def takes_ids(self) -> bool:
         return self.layer.takes_ids
 
+    def ordered(self, tree: Any) -> Any:
+        if isinstance(tree, Stacked):
+            return Stacked(self.layer.ordered(tree.tree), tree.n)
+        return super().ordered(tree)
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = _spec(shape, dtype)
-        out: Params = {}
+        blocks = []
         for i in range(self.n):
             try:
-                p = self.layer.init(jax.random.fold_in(key, i), x, dtype)
+                blocks.append(self.layer.init(jax.random.fold_in(key, i), x, dtype))
             except LayerError as e:
                 raise e.within("Repeat", str(i)) from None
-            if jax.tree.leaves(p):
-                out[str(i)] = p
-        return out
+        return _stack(blocks, self.n)
+
+    def init_state(self, shape: Any, dtype: Any = jnp.float32) -> Any:
+        one = self.layer.init_state(_spec(shape, dtype), dtype)
+        return _stack([one] * self.n, self.n)
 
     def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> Any:
         """``n`` of ``layer``'s caches stacked along a new leading axis."""
@@ -182,19 +215,33 @@ class Repeat(Layer):
         one = self.layer.init_cache(shape, dtype)
         return jax.tree.map(lambda a: jnp.broadcast_to(a, (self.n, *jnp.shape(a))), one)
 
-    def _stacked_params(self, params: Params) -> Any:
-        missing = [str(i) for i in range(self.n) if str(i) not in params]
-        if missing and len(missing) != self.n:
-            raise LayerError(
-                "Repeat",
-                f"params for blocks {missing} are missing",
-                None,
-                None,
-                f"expected blocks 0..{self.n - 1}, got {sorted(params)}",
-            )
-        if missing:  # a parameter-free block
+    def stack(self, blocks: Any) -> Any:
+        """Per-block params (``{"0": ..., "1": ...}``, as ``unflatten`` gives) as the
+        stacked tree ``apply`` takes. This copies the weights once; loading through
+        ``purelayers.params.load_into`` with an ``init`` template needs no such step."""
+        names = [str(i) for i in range(self.n)]
+        if not isinstance(blocks, dict) or sorted(blocks, key=int) != names:
+            got = sorted(blocks) if isinstance(blocks, dict) else type(blocks).__name__
+            raise LayerError("Repeat", "blocks", names, got)
+        return _stack([blocks[k] for k in names], self.n)
+
+    def _blocks(self, tree: Any, what: str) -> Any:
+        """The stacked tree under a ``Stacked`` node (``None`` for parameter-free blocks)."""
+        if isinstance(tree, Stacked):
+            if tree.n != self.n:
+                raise LayerError("Repeat", f"{what} blocks", self.n, tree.n)
+            return tree.tree
+        if not tree:
             return None
-        return _stack([params[str(i)] for i in range(self.n)])
+        raise LayerError(
+            "Repeat",
+            f"{what} must be the Stacked tree init returns",
+            None,
+            None,
+            f"got {type(tree).__name__} with keys {sorted(tree) if isinstance(tree, dict) else '?'}; "
+            "per-block trees become one with Repeat.stack(blocks), or load a checkpoint "
+            "with purelayers.params.load_into(path, model.init(...))",
+        )
 
     def apply(
         self,
@@ -204,22 +251,35 @@ class Repeat(Layer):
         key: jax.Array | None = None,
         train: bool = False,
         cache: Any = None,
+        state: Any = None,
         **kwargs: Any,
     ):
-        stacked = self._stacked_params(params)
+        stacked = self._blocks(params, "params")
+        blocks_state = None if state is None else self._blocks(state, "state")
 
         def body(h, inputs):
-            p, i, c = inputs
+            p, i, c, s = inputs
             k = None if key is None else jax.random.fold_in(key, i)
-            extra = dict(kwargs) if c is None else {**kwargs, "cache": c}
-            try:
-                out = self.layer.apply({} if p is None else p, h, key=k, train=train, **extra)
-            except LayerError as e:
-                # The body is traced once for all blocks: "*" stands for any of them.
-                raise e.within("Repeat", "*") from None
-            return (out, None) if c is None else out
+            extra = dict(kwargs)
+            if c is not None:
+                extra["cache"] = c
+            if s is not None:
+                extra["state"] = s
+            # The body is traced once for all blocks: "*" stands for any of them.
+            out = apply_child(
+                self, "*", self.layer, {} if p is None else p, h, key=k, train=train, **extra
+            )
+            if s is not None:
+                out, s = out
+            if c is not None:
+                out, c = out
+            return out, (c, s)
 
         if self.remat:
             body = jax.checkpoint(body, policy=_policy(self.remat_policy))
-        y, new_cache = jax.lax.scan(body, x, (stacked, jnp.arange(self.n), cache))
-        return y if cache is None else (y, new_cache)
+        xs = (stacked, jnp.arange(self.n), cache, blocks_state)
+        y, (new_cache, new_state) = jax.lax.scan(body, x, xs)
+        out: Any = y if cache is None else (y, new_cache)
+        if state is None:
+            return out
+        return out, Stacked(new_state, self.n) if new_state is not None else state

@@ -18,10 +18,10 @@ from purelayers.layers._checks import (
     need_key,
 )
 from purelayers.layers.activation import gelu, silu
-from purelayers.layers.attention import MultiHeadAttention
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.dropout import dropout as _dropout
 from purelayers.layers.linear import Linear
+from purelayers.layers.multihead import MultiHeadAttention
 from purelayers.layers.norm import LayerNorm, RMSNorm
 
 __all__ = ["TransformerBlock"]

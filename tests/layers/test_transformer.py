@@ -176,22 +176,30 @@ def test_repeat_equals_unrolled_sequential():
     block = TransformerBlock(2, dropout=0.1)
     rep, seq = Repeat(block, 2), Sequential(block, block)
     params = rep.init(jax.random.key(0), (2, 4, 8))
-    jax.tree.map(np.testing.assert_array_equal, params, seq.init(jax.random.key(0), (2, 4, 8)))
+    unrolled = seq.init(jax.random.key(0), (2, 4, 8))
+    # Stacked storage, per-block names: flattened, both are the same checkpoint.
+    assert isinstance(params, P.Stacked) and params.tree["ln1"]["weight"].shape == (2, 8)
+    assert list(P.flatten(params)) == list(P.flatten(unrolled))
+    jax.tree.map(np.testing.assert_array_equal, P.flatten(params), P.flatten(unrolled))
     assert list(P.flatten(params))[:2] == ["0.ln1.weight", "0.ln1.bias"]
     assert list(P.flatten(params))[-1] == "1.proj.bias"
     x = jax.random.normal(jax.random.key(1), (2, 4, 8))
-    np.testing.assert_allclose(rep.apply(params, x), seq.apply(params, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rep.apply(params, x), seq.apply(unrolled, x), rtol=1e-5, atol=1e-6)
     key = jax.random.key(3)
     np.testing.assert_allclose(
         rep.apply(params, x, train=True, key=key),
-        seq.apply(params, x, train=True, key=key),
+        seq.apply(unrolled, x, train=True, key=key),
         rtol=1e-5,
         atol=1e-6,
     )
     loss = lambda m: lambda p: jnp.sum(m.apply(p, x) ** 2)  # noqa: E731
     g_rep = jax.jit(jax.grad(loss(Repeat(block, 2, remat=True))))(params)
-    g_seq = jax.jit(jax.grad(loss(seq)))(params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_rep, g_seq)
+    g_seq = jax.jit(jax.grad(loss(seq)))(unrolled)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+        P.flatten(g_rep),
+        P.flatten(g_seq),
+    )
 
 
 def test_repeat_loads_torch_sequential_of_blocks(torch):
@@ -229,8 +237,18 @@ def test_repeat_errors():
         Repeat(TransformerBlock(2), 0)
     rep = Repeat(TransformerBlock(2), 2)
     params = rep.init(jax.random.key(0), (1, 3, 8))
-    with pytest.raises(ValueError, match=r"Repeat: params for blocks \['1'\] are missing"):
-        rep.apply({"0": params["0"]}, jnp.zeros((1, 3, 8)))
+    # Per-block trees are not what apply reads (it never stacks): the error says how to
+    # get the stacked tree; a stack of the wrong depth names both depths.
+    with pytest.raises(
+        ValueError, match=r"(?s)Repeat: params must be the Stacked tree .*Repeat\.stack"
+    ):
+        rep.apply({"0": params[0], "1": params[1]}, jnp.zeros((1, 3, 8)))
+    stacked = rep.stack({"0": params[0], "1": params[1]})
+    np.testing.assert_array_equal(
+        rep.apply(stacked, jnp.ones((1, 3, 8))), rep.apply(params, jnp.ones((1, 3, 8)))
+    )
+    with pytest.raises(ValueError, match=r"Repeat: params blocks expected 3, got 2"):
+        Repeat(TransformerBlock(2), 3).apply(params, jnp.zeros((1, 3, 8)))
     with pytest.raises(ValueError, match=r"Repeat\[\*\.ln1\] LayerNorm"):
         rep.apply(params, jnp.zeros((1, 3, 6)))
 

@@ -1,0 +1,433 @@
+"""Attention layers: projections around one ``AttentionCore``, each named as a checkpoint
+names them. ``MultiHeadAttention`` (fused ``qkv`` and ``out``), ``Attention``
+(``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``: Llama, Mistral, Qwen2) and
+``InProjAttention`` (``torch.nn.MultiheadAttention``'s ``in_proj_weight`` and
+``out_proj``). Other layouts (GPT-2's ``c_attn``/``c_proj``, BERT's ``self.query`` and
+``output.dense``) are a few lines of the same composition."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.init import Initializer, xavier_uniform, zeros
+from purelayers.layers._checks import LayerError, as_shape, check_float, config_error
+from purelayers.layers.attention import AttentionCore, RotaryEmbedding, _need_even
+from purelayers.layers.core import Layer, Params
+from purelayers.layers.linear import Linear, linear
+
+__all__ = ["Attention", "InProjAttention", "MultiHeadAttention"]
+
+
+def _batched(layer: str, x: Any, context: Any, mask: Any, run) -> Any:
+    """Run ``run(x, context, mask)`` on a batch; an unbatched ``(seq, E)`` input gets a
+    batch axis of one and loses it again (the cache keeps its batch axis)."""
+    x = jnp.asarray(x)
+    if x.ndim not in (2, 3):
+        raise LayerError(layer, "input rank", "2 or 3 ((seq, E) or (batch, seq, E))", x.ndim)
+    if x.ndim == 3:
+        return run(x, context, mask)
+    c = None if context is None else jnp.asarray(context)[None]
+    res = run(x[None], c, mask)
+    return (res[0][0], res[1]) if isinstance(res, tuple) else res[0]
+
+
+def _no_context(layer: str, core: AttentionCore, cache: Any) -> None:
+    if core.rope is not None or cache is not None:
+        raise LayerError(
+            layer, "context= (cross-attention) works without rope and without cache", None, None
+        )
+
+
+def _core(layer: Any) -> AttentionCore:
+    rope = layer.rope
+    if rope is True:
+        rope = RotaryEmbedding(layer.rope_theta)
+    return AttentionCore(
+        layer.num_heads,
+        num_kv_heads=layer.num_kv_heads,
+        causal=layer.causal,
+        dropout=layer.dropout,
+        rope=rope or None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packed(Layer):
+    """Shared by the two layouts with one packed input projection (q, k, v rows)."""
+
+    num_heads: int
+    _: dataclasses.KW_ONLY
+    num_kv_heads: int | None = None
+    bias: bool = True
+    causal: bool = False
+    dropout: float = 0.0
+    rope: bool | RotaryEmbedding = False
+    rope_theta: float = 10000.0
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
+    def __post_init__(self):
+        name = type(self).__name__
+        check_float(name, "rope_theta", self.rope_theta, low=0.0, low_open=True)
+        if not isinstance(self.rope, (bool, RotaryEmbedding)):
+            raise config_error(name, "rope", "True, False or a RotaryEmbedding", self.rope)
+        try:
+            self.core  # noqa: B018  (checks the core's settings now)
+        except ValueError as e:
+            raise ValueError(str(e).replace("AttentionCore", name, 1)) from None
+
+    @property
+    def core(self) -> AttentionCore:
+        return _core(self)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.core.kv_heads
+
+    def head_dim(self, embed_dim: int) -> int:
+        """``embed_dim // num_heads``; a ``ValueError`` naming both if it does not divide."""
+        name = type(self).__name__
+        if embed_dim % self.num_heads:
+            divisors = [d for d in range(1, embed_dim + 1) if embed_dim % d == 0]
+            raise LayerError(
+                name,
+                f"embed_dim {embed_dim} (the last axis of x) must be divisible by "
+                f"num_heads {self.num_heads}",
+                None,
+                None,
+                f"choose num_heads among {divisors}",
+            )
+        hd = embed_dim // self.num_heads
+        if self.rope:
+            _need_even(name, hd)
+        return hd
+
+    def _rows(self, embed_dim: int) -> int:
+        return (self.num_heads + 2 * self.kv_heads) * self.head_dim(embed_dim)
+
+    def _embed_dim(self, shape: Any) -> int:
+        shape = as_shape(shape)
+        if not shape:
+            raise LayerError(type(self).__name__, "input rank", "2 or 3", "0 (a scalar)")
+        return shape[-1]
+
+    def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
+        """An empty decoding cache for ``shape = (batch, max_len, embed_dim)``."""
+        shape = as_shape(shape)
+        if len(shape) != 3:
+            raise LayerError(
+                type(self).__name__, "init_cache shape", "(batch, max_len, embed_dim)", shape
+            )
+        return self.core.init_cache(shape[:2], self.head_dim(shape[2]), dtype)
+
+    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any):
+        """``q``, ``k``, ``v`` from the packed projection (rows ``[q | k | v]``)."""
+        e = x.shape[-1]
+        hd, name = self.head_dim(e), type(self).__name__
+        nq = self.num_heads * hd
+        if context is None:
+            qkv = self._project_in(params, x, None)
+            q, kv = qkv[..., :nq], qkv[..., nq:]
+        else:
+            _no_context(name, self.core, cache)
+            q = self._project_in(params, x, slice(0, nq))
+            kv = self._project_in(params, jnp.asarray(context), slice(nq, None))
+        nk = self.kv_heads * hd
+        return q, kv[..., :nk], kv[..., nk:]
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        *,
+        mask: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+        cache: dict[str, jax.Array] | None = None,
+        context: Any = None,
+        positions: Any = None,
+    ):
+        name = type(self).__name__
+
+        def run(x, context, mask):
+            q, k, v = self._qkv(params, x, context, cache)
+            out = self.core.attend(
+                q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
+                layer=name,
+            )  # fmt: skip
+            if cache is not None:
+                out, new_cache = out
+                return self._project_out(params, out), new_cache
+            return self._project_out(params, out)
+
+        return _batched(name, x, context, mask, run)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiHeadAttention(_Packed):
+    r"""Multi-head attention with packed projections, grouped-query heads, rotary
+    positions and a decoding cache: ``qkv`` and ``out`` (two ``Linear`` children)
+    around an ``AttentionCore``. Matches ``torch.nn.MultiheadAttention(E, num_heads,
+    batch_first=True)`` for self- and cross-attention, its ``state_dict`` renamed by
+    ``purelayers.params.rename(sd, purelayers.params.TORCH_MHA_TO_PURELAYERS)``
+    (``InProjAttention`` takes torch's names as they are).
+
+    ``embed_dim`` ``E`` is read from the last axis of ``init``'s ``shape`` and must divide
+    by ``num_heads``; ``head_dim = E / num_heads``. With ``H = num_heads`` and
+    ``K = num_kv_heads``::
+
+        q, k, v = split(x @ qkv.weight.T + qkv.bias, [H * head_dim, K * head_dim, K * head_dim])
+        y = concat_heads(softmax(q k^T / sqrt(head_dim) + masks) v) @ out.weight.T + out.bias
+
+    Cross-attention: ``apply(params, x, context=c)`` takes queries from ``x`` (the first
+    ``H * head_dim`` rows of ``qkv.weight``) and keys and values from ``c`` (the other
+    rows), with the *same* parameter names, exactly as torch packs ``in_proj_weight`` for
+    cross-attention when ``kdim == vdim == embed_dim``. ``c`` must have ``E`` features.
+
+    Args:
+      num_heads: query heads ``H``.
+      num_kv_heads: key/value heads ``K``, a divisor of ``H``; ``1`` is multi-query
+        attention. Default ``None``: ``H`` (torch's layout, where the name map applies).
+      bias: learn ``qkv.bias`` and ``out.bias``. Default ``True``.
+      causal: each position attends to itself and earlier ones (``causal_mask``).
+        Default ``False``.
+      dropout: attention-weight dropout in train mode (needs ``key``). Default ``0.0``.
+      rope: rotate queries and keys by their positions: ``True`` (a
+        ``RotaryEmbedding(rope_theta)``), a ``RotaryEmbedding``, or ``False``;
+        self-attention only. Default ``False``.
+      rope_theta: RoPE frequency base with ``rope=True``. Default ``10000.0``.
+      weight_init / bias_init: override ``qkv.weight`` / both biases' initializers.
+
+    Masks, positions and decoding: as ``AttentionCore`` (``mask=``, ``positions=``,
+    ``cache=``); ``init_cache((batch, max_len, E))``. Boolean masks are ``True`` where a
+    query may attend (the *opposite* of torch MHA's boolean ``attn_mask``); torch's
+    ``key_padding_mask`` ``kpm`` is ``mask=~kpm[:, None, None, :]``. Writing past
+    ``max_len`` is not detected (``dynamic_update_slice`` clamps the write).
+
+    Shape:
+      ``x``: ``(batch, seq, E)`` or ``(seq, E)``; ``context``: ``(batch, kv_seq, E)``;
+      output like ``x``.
+
+    Parameters:
+      ``qkv.weight``: ``((H + 2K) * head_dim, E)``, xavier-uniform (torch's
+      ``in_proj_weight`` init). ``qkv.bias``: ``((H + 2K) * head_dim,)``, zeros.
+      ``out.weight``: ``(E, E)``, ``U(-1/sqrt(E), 1/sqrt(E))``. ``out.bias``: ``(E,)``,
+      zeros.
+    """
+
+    def _parts(self, embed_dim: int) -> dict[str, Layer]:
+        rows = self._rows(embed_dim) if embed_dim else 1
+        b_init = self.bias_init or zeros()
+        return {
+            "qkv": Linear(
+                rows,
+                bias=self.bias,
+                weight_init=self.weight_init or xavier_uniform(),
+                bias_init=b_init,
+            ),
+            "out": Linear(max(embed_dim, 1), bias=self.bias, bias_init=b_init),
+        }
+
+    def children(self) -> dict[str, Layer]:
+        return self._parts(0)  # names and order do not depend on the width
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        e = self._embed_dim(shape)
+        parts = self._parts(e)
+        feats = (*as_shape(shape)[:-1], e)
+        return {
+            name: layer.init(jax.random.fold_in(key, i), feats, dtype)
+            for i, (name, layer) in enumerate(parts.items())
+        }
+
+    def _project_in(self, params: Params, x: jax.Array, rows: slice | None) -> jax.Array:
+        p = params["qkv"] if rows is None else {k: v[rows] for k, v in params["qkv"].items()}
+        return self.call("qkv", {"qkv": p}, x)
+
+    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
+        return self.call("out", params, y)
+
+
+@dataclasses.dataclass(frozen=True)
+class InProjAttention(_Packed):
+    r"""``torch.nn.MultiheadAttention(E, num_heads, batch_first=True)`` under torch's own
+    names: ``in_proj_weight`` ``(3E, E)`` and ``in_proj_bias`` (rows ``[q | k | v]``),
+    then the child ``out_proj`` (a ``Linear``), around an ``AttentionCore``. A torch
+    ``state_dict`` loads as it is. Otherwise as ``MultiHeadAttention`` (the same
+    arguments, masks, cross-attention with ``context=``, cache, grouped-query heads with
+    ``(H + 2K) * head_dim`` rows).
+
+    Parameters:
+      ``in_proj_weight``: ``((H + 2K) * head_dim, E)``, xavier-uniform.
+      ``in_proj_bias``: zeros. ``out_proj.weight``: ``(E, E)``, torch's ``Linear`` init;
+      ``out_proj.bias``: zeros.
+    """
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("in_proj_weight", "in_proj_bias") if self.bias else ("in_proj_weight",)
+
+    def _out(self, embed_dim: int) -> Linear:
+        return Linear(max(embed_dim, 1), bias=self.bias, bias_init=self.bias_init or zeros())
+
+    def children(self) -> dict[str, Layer]:
+        return {"out_proj": self._out(0)}
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        e = self._embed_dim(shape)
+        rows = self._rows(e)
+        w = (self.weight_init or xavier_uniform())(jax.random.fold_in(key, 0), (rows, e), dtype)
+        params: Params = {"in_proj_weight": w}
+        if self.bias:
+            b_init = self.bias_init or zeros()
+            params["in_proj_bias"] = b_init(jax.random.fold_in(key, 1), (rows,), dtype)
+        feats = (*as_shape(shape)[:-1], e)
+        params["out_proj"] = self._out(e).init(jax.random.fold_in(key, 2), feats, dtype)
+        return params
+
+    def _project_in(self, params: Params, x: jax.Array, rows: slice | None) -> jax.Array:
+        p = {"weight": params["in_proj_weight"]}
+        if "in_proj_bias" in params:
+            p["bias"] = params["in_proj_bias"]
+        if rows is not None:
+            p = {k: v[rows] for k, v in p.items()}
+        return linear(p, x, layer=f"{type(self).__name__}[in_proj]")
+
+    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
+        return self.call("out_proj", params, y)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attention(Layer):
+    r"""Attention with separate projections, as Hugging Face's Llama, Mistral and Qwen2
+    name them: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` (any layers; ``Linear``\ s
+    with or without bias each) around ``core``, an ``AttentionCore``::
+
+        y = o_proj(core(q_proj(x), k_proj(x), v_proj(x)))
+
+    ``Attention.build(embed_dim, num_heads, ...)`` makes the usual ``Linear``
+    projections: ``head_dim`` need not be ``embed_dim / num_heads`` (a config's
+    ``head_dim``), ``bias`` switches q/k/v biases (Qwen2 has them) and ``out_bias``
+    ``o_proj``'s.
+
+    Cross-attention: ``apply(params, x, context=c)`` projects keys and values from
+    ``c``. Masks, ``positions`` (per-row positions for ``core.rope``) and the cache
+    (``init_cache((batch, max_len, E))``) are ``AttentionCore``'s.
+
+    Shape:
+      ``x`` ``(batch, seq, E)`` or ``(seq, E)``; output ``(…, o_proj's width)``.
+
+    Parameters:
+      the projections', under their field names, in the order q, k, v, o.
+    """
+
+    q_proj: Layer
+    k_proj: Layer
+    v_proj: Layer
+    o_proj: Layer
+    core: AttentionCore
+
+    def __post_init__(self):
+        for f in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            if not isinstance(getattr(self, f), Layer):
+                raise config_error("Attention", f, "a Layer", getattr(self, f))
+        if not isinstance(self.core, AttentionCore):
+            raise config_error("Attention", "core", "an AttentionCore", self.core)
+
+    @classmethod
+    def build(
+        cls,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        bias: bool = False,
+        out_bias: bool | None = None,
+        causal: bool = False,
+        dropout: float = 0.0,
+        rope: RotaryEmbedding | None = None,
+        scale: float | None = None,
+    ) -> Attention:
+        """``Linear`` projections for width ``embed_dim``; ``head_dim`` defaults to
+        ``embed_dim // num_heads``; ``out_bias`` defaults to ``bias``."""
+        core = AttentionCore(
+            num_heads,
+            num_kv_heads=num_kv_heads,
+            causal=causal,
+            dropout=dropout,
+            rope=rope,
+            scale=scale,
+        )
+        hd = head_dim or embed_dim // num_heads
+        q, kv = num_heads * hd, core.kv_heads * hd
+        o_bias = bias if out_bias is None else out_bias
+        return cls(
+            Linear(q, bias=bias),
+            Linear(kv, bias=bias),
+            Linear(kv, bias=bias),
+            Linear(embed_dim, bias=o_bias),
+            core,
+        )
+
+    def _widths(self, spec: jax.ShapeDtypeStruct) -> tuple[int, int]:
+        """``head_dim`` and ``v_dim``, from the projections' output shapes."""
+
+        def width(layer: Layer) -> int:
+            return jax.eval_shape(
+                lambda k, x: layer.apply(layer.init(k, spec, spec.dtype), x),
+                jax.random.key(0),
+                spec,
+            ).shape[-1]
+
+        return width(self.k_proj) // self.core.kv_heads, width(self.v_proj) // self.core.kv_heads
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        shape = as_shape(shape)
+        params: Params = {}
+        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            params[name] = getattr(self, name).init(jax.random.fold_in(key, i), shape, dtype)
+        _, v_dim = self._widths(jax.ShapeDtypeStruct(shape, dtype))
+        o_in = (*shape[:-1], self.core.num_heads * v_dim)
+        params["o_proj"] = self.o_proj.init(jax.random.fold_in(key, 3), o_in, dtype)
+        return params
+
+    def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
+        """An empty decoding cache for ``shape = (batch, max_len, embed_dim)``."""
+        shape = as_shape(shape)
+        if len(shape) != 3:
+            raise LayerError("Attention", "init_cache shape", "(batch, max_len, embed_dim)", shape)
+        hd, v_dim = self._widths(jax.ShapeDtypeStruct((1, 1, shape[2]), dtype))
+        return self.core.init_cache(shape[:2], hd, dtype, v_dim=v_dim)
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        *,
+        mask: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+        cache: dict[str, jax.Array] | None = None,
+        context: Any = None,
+        positions: Any = None,
+    ):
+        def run(x, context, mask):
+            if context is not None:
+                _no_context("Attention", self.core, cache)
+            kv = x if context is None else jnp.asarray(context)
+            q = self.call("q_proj", params, x)
+            k, v = self.call("k_proj", params, kv), self.call("v_proj", params, kv)
+            out = self.core.attend(
+                q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
+                layer="Attention",
+            )  # fmt: skip
+            if cache is not None:
+                out, new_cache = out
+                return self.call("o_proj", params, out), new_cache
+            return self.call("o_proj", params, out)
+
+        return _batched("Attention", x, context, mask, run)
