@@ -193,7 +193,7 @@ def load_sharded(
         return bool(np.array_equal(tensors[a].read(None, dtype), tensors[b].read(None, dtype)))
 
     source, keys = _params._match(
-        names, tensors, strict=strict, who=who, aliases=_params._aliases(model), equal=equal
+        names, tensors, strict=strict, who=who, aliases=_params._aliases(model, who), equal=equal
     )
     templates = [params] if state is None else [params, state]
     is_abstract = {}

@@ -83,12 +83,12 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list[str]
 
 
-def _aliases(model: Any) -> dict[str, str]:
+def _aliases(model: Any, who: str) -> dict[str, str]:
     """``model``'s tied names (``{alias: original}``); none without a model."""
     if model is None:
         return {}
     if not callable(getattr(model, "aliases", None)):
-        raise ValueError(f"model must be a purelayers Layer, got {model!r}")
+        raise ValueError(f"{who}: model must be a purelayers Layer, got {model!r}")
     return model.aliases()
 
 
@@ -187,7 +187,7 @@ def _load(
         flat,
         strict=strict,
         who=who,
-        aliases=_aliases(model),
+        aliases=_aliases(model, who),
         equal=_equal_values(flat),
     )
     return fill(template, _filler(flat, source)), keys
@@ -376,7 +376,7 @@ def save(
     if write_aliases:
         if model is None:
             raise ValueError("save: write_aliases=True needs model= (the layer that ties them)")
-        for alias, original in _aliases(model).items():
+        for alias, original in _aliases(model, "save").items():
             if original not in flat:
                 raise ValueError(f"save: {original!r}, the original of {alias!r}, is not in params")
             flat[alias] = flat[original]
@@ -467,6 +467,7 @@ def load_into(
       >>> params = pl.params.load_into("model.safetensors", params)
     """
     flat = _read(path)
+    who = f"load_into({os.fspath(path)!r})"
     names = _specs(params)
     if state is not None:
         names.update(_specs(state))
@@ -474,8 +475,8 @@ def load_into(
         names,
         flat,
         strict=strict,
-        who=f"load_into({os.fspath(path)!r})",
-        aliases=_aliases(model),
+        who=who,
+        aliases=_aliases(model, who),
         equal=_equal_values(flat),
     )
     get = _filler(flat, source)
@@ -525,7 +526,7 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
     kinds = {name: "trainable" for name in _specs(params or {})}
     kinds.update({name: "buffer" for name in _specs(state or {})})
     flat = _specs(merge(params or {}, state or {}))
-    for alias, original in _aliases(model).items():
+    for alias, original in _aliases(model, "summary").items():
         if original in flat and alias not in flat:
             flat[alias], kinds[alias] = flat[original], f"tied to {original}"
     flat = _in_model_order(model, flat)

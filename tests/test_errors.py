@@ -52,7 +52,7 @@ HELPERS = {"check_int", "check_float", "check_choice", "need_key", "need_ndim", 
 # number of raise sites: a new site there must get a test there and this count bumped.
 TESTED_ELSEWHERE = {
     "_safetensors_io.py": (12, "tests/test_checkpoint.py (fuzzed files, each error matched)"),
-    "_sharded_io.py": (10, "tests/test_checkpoint.py and tests/test_params.py"),
+    "_sharded_io.py": (8, "tests/test_checkpoint.py and tests/test_params.py"),
     "sharding.py": (19, "tests/test_sharding.py"),
 }
 
@@ -174,17 +174,22 @@ def _repeat_apply_child():
 def _repeat_in_sequential():
     model = L.Sequential(L.Linear(8), L.Repeat(L.TransformerBlock(num_heads=2), 2))
     params = model.init(KEY, (1, 3, 4))
-    params["1"]["0"]["ln1"]["weight"] = jnp.ones(6)
-    params["1"]["1"]["ln1"]["weight"] = jnp.ones(6)
+    params["1"].tree["ln1"]["weight"] = jnp.ones((2, 6))  # both stacked blocks
     return model.apply(params, jnp.zeros((1, 3, 4)))
 
 
+def _tied_lm():
+    return L.Tied(
+        L.Sequential({"wte": L.Embedding(5, 3), "head": L.Linear(5, bias=False)}),
+        {"head.weight": "wte.weight"},
+    )
+
+
 @traced
-def _repeat_missing_block():
+def _repeat_per_block_params():
     model = L.Repeat(L.Linear(4), 3)
     params = model.init(KEY, (2, 4))
-    del params["1"]
-    return model.apply(params, jnp.zeros((2, 4)))
+    return model.apply({"0": params[0], "2": params[2]}, jnp.zeros((2, 4)))
 
 
 @traced
@@ -551,9 +556,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Repeat\[0\] GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
     ("repeat-no-cache", lambda: L.Repeat(L.Linear(2), 2).init_cache((1, 2, 2)), LayerError,
      r"^Repeat: Linear has no decoding cache$"),
-    ("repeat-missing-block", _repeat_missing_block, LayerError,
-     r"^Repeat: params for blocks \['1'\] are missing\n  "
-     r"expected blocks 0\.\.2, got \['0', '2'\]$"),
+    ("repeat-per-block-params", _repeat_per_block_params, LayerError,
+     r"^Repeat: params must be the Stacked tree init returns\n  got dict with keys "
+     r"\['0', '2'\]; per-block trees become one with Repeat\.stack\(blocks\)"),
     ("repeat-apply-path", _repeat_apply_child, LayerError,
      r"^Repeat\[\*\] Linear: input last axis expected 8, got 7"),
     ("repeat-in-sequential-path", _repeat_in_sequential, LayerError,
@@ -708,6 +713,85 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("allclose-values",
      lambda: pl.testing.assert_tree_allclose({"a": 1.0}, {"a": 2.0}), AssertionError,
      r"^tree differs \(rtol=1e-05, atol=1e-06\): a"),
+    # -- composition: named children, tying, stacked blocks, attention parts ------------
+    ("stacked-index", lambda: pl.params.Stacked({"w": jnp.zeros((2, 3))}, 2)[5], IndexError,
+     r"^Stacked: block 5 of 2$"),
+    ("merge-stacked", lambda: pl.params.merge({"a": pl.params.Stacked({"w": jnp.zeros((2, 3))}, 2)}, {"a": {"x": jnp.zeros(1)}}), ValueError,
+     r"^merge: stacked params and state must both be Stacked, of one n$"),
+    ("rope-theta", lambda: L.RotaryEmbedding(0.0), ValueError,
+     r"^RotaryEmbedding: theta must be > 0, got 0\.0$"),
+    ("core-heads", lambda: L.AttentionCore(0), ValueError,
+     r"^AttentionCore: num_heads must be a positive integer, got 0$"),
+    ("core-kv", lambda: L.AttentionCore(4, num_kv_heads=0), ValueError,
+     r"^AttentionCore: num_kv_heads must be a positive integer, got 0$"),
+    ("core-kv-div", lambda: L.AttentionCore(4, num_kv_heads=3), ValueError,
+     r"^AttentionCore: num_kv_heads must be a divisor of num_heads=4, got 3$"),
+    ("core-dropout", lambda: L.AttentionCore(4, dropout=1.0), ValueError,
+     r"^AttentionCore: dropout must be in \[0, 1\), got 1\.0$"),
+    ("core-rope", lambda: L.AttentionCore(4, rope=True), ValueError,
+     r"^AttentionCore: rope must be a RotaryEmbedding or None, got True$"),
+    ("core-scale", lambda: L.AttentionCore(4, scale=0.0), ValueError,
+     r"^AttentionCore: scale must be > 0, got 0\.0$"),
+    ("core-split", lambda: L.AttentionCore(3).apply({}, jnp.zeros((1, 2, 8))), LayerError,
+     r"^AttentionCore: q must be \(batch, seq, heads \* head_dim\) with 3 heads; expected a last axis divisible by 3, got \(1, 2, 8\)$"),
+    ("core-mismatch", lambda: L.AttentionCore(2).apply({}, jnp.zeros((1, 2, 8)), jnp.zeros((1, 2, 6)), jnp.zeros((1, 2, 6))), LayerError,
+     r"^AttentionCore: q, k and v must agree in batch, k and v in length, q and k in head_dim;"),
+    ("core-rope-cross", lambda: L.AttentionCore(2, rope=L.RotaryEmbedding()).apply({}, jnp.zeros((1, 2, 8)), jnp.zeros((1, 3, 8)), jnp.zeros((1, 3, 8))), LayerError,
+     r"^AttentionCore: rope needs self\-attention \(kv_len == q_len\); expected 2, got 3$"),
+    ("core-rope-odd", lambda: L.AttentionCore(2, rope=L.RotaryEmbedding()).apply({}, jnp.zeros((1, 2, 6))), LayerError,
+     r"^AttentionCore: rotary embedding needs an even head_dim; expected an even number, got 3"),
+    ("call-no-child", lambda: L.Sequential(L.Linear(2)).call("x", {}, jnp.zeros((1, 2))), LayerError,
+     r"^Sequential: has no child 'x'"),
+    ("seq-dot", lambda: L.Sequential({"a.b": L.ReLU()}), ValueError,
+     r"^Sequential: child names must be non\-empty strings without '\.', got 'a\.b' \(a dot would split the checkpoint name\)$"),
+    ("seq-dup", lambda: L.Sequential([("a", L.ReLU()), ("a", L.Tanh())]), ValueError,
+     r"^Sequential: two children are named 'a'$"),
+    ("linear-transposed", lambda: L.Linear(2, transposed=1), ValueError,
+     r"^Linear: transposed must be True or False, got 1$"),
+    ("mha-rope", lambda: L.MultiHeadAttention(2, rope=3), ValueError,
+     r"^MultiHeadAttention: rope must be True, False or a RotaryEmbedding, got 3$"),
+    ("attn-field", lambda: L.Attention(1, L.Linear(2), L.Linear(2), L.Linear(2), L.AttentionCore(1)), ValueError,
+     r"^Attention: q_proj must be a Layer, got 1$"),
+    ("attn-core", lambda: L.Attention(L.Linear(2), L.Linear(2), L.Linear(2), L.Linear(2), 3), ValueError,
+     r"^Attention: core must be an AttentionCore, got 3$"),
+    ("attn-cache", lambda: L.Attention.build(8, 2).init_cache((1, 4)), LayerError,
+     r"^Attention: init_cache shape expected \(batch, max_len, embed_dim\), got \(1, 4\)$"),
+    ("repeat-stack", lambda: L.Repeat(L.Linear(2), 2).stack({"0": {}}), LayerError,
+     r"^Repeat: blocks expected \['0', '1'\], got \['0'\]$"),
+    ("repeat-depth", lambda: L.Repeat(L.Linear(2), 3).apply(L.Repeat(L.Linear(2), 2).init(KEY, (1, 2)), jnp.zeros((1, 2))), LayerError,
+     r"^Repeat: params blocks expected 3, got 2$"),
+    ("tied-layer", lambda: L.Tied(3, {"a": "b"}), ValueError,
+     r"^Tied: layer must be a Layer, got 3$"),
+    ("tied-empty", lambda: L.Tied(L.Linear(2), {}), ValueError,
+     r"^Tied: aliases must be a non\-empty mapping of alias to original, got \{\}$"),
+    ("tied-unknown", lambda: L.Tied(L.Sequential({"wte": L.Embedding(5, 3)}), {"head.weight": "wte.weight"}), ValueError,
+     r"^Tied: alias 'head\.weight' names no array of Sequential; name a parameter its children declare \(e\.g\. 'lm_head\.weight'\)$"),
+    ("tied-self", lambda: L.Tied(L.Sequential({"wte": L.Embedding(5, 3)}), {"wte.weight": "wte.weight"}), ValueError,
+     r"^Tied: 'wte\.weight' is tied to itself$"),
+    ("tied-both", lambda: L.Tied(L.Sequential({"a": L.Linear(3), "b": L.Linear(3), "c": L.Linear(3)}), {"a.weight": "b.weight", "b.weight": "c.weight"}), ValueError,
+     r"^Tied: 'b\.weight' is both an alias and an original$"),
+    ("tied-shapes", lambda: L.Tied(L.Sequential({"wte": L.Embedding(5, 3), "head": L.Linear(4, bias=False)}), {"head.weight": "wte.weight"}).init(KEY, (1, 2)), LayerError,
+     r"^Tied: 'head\.weight' and 'wte\.weight' must be arrays of one shape expected \(5, 3\), got \(4, 3\)$"),
+    ("tied-untie", lambda: _tied_lm().apply({}, jnp.zeros((1, 2), jnp.int32)), LayerError,
+     r"^Tied: params has no entry 'wte\.weight' \(the original of 'head\.weight'\)$"),
+    ("model-not-layer", lambda: pl.params.load_state_dict({"w": jnp.zeros(2)}, {"w": np.zeros(2)}, model=3), ValueError,
+     r"^load_state_dict: model must be a purelayers Layer, got 3$"),
+    ("alias-differs", lambda: pl.params.load_state_dict(_tied_lm().init(KEY, (1, 2)), {"wte.weight": np.zeros((5, 3)), "head.weight": np.ones((5, 3))}, model=_tied_lm()), ValueError,
+     r"^load_state_dict: 'head\.weight' is tied to 'wte\.weight' but the checkpoint holds different values under the two names; nothing was loaded$"),
+    ("save-aliases-no-model", lambda: pl.params.save(_tmp() / "m.safetensors", {"w": jnp.zeros(2)}, write_aliases=True), ValueError,
+     r"^save: write_aliases=True needs model= \(the layer that ties them\)$"),
+    ("save-alias-missing", lambda: pl.params.save(_tmp() / "m.safetensors", {"w": jnp.zeros(2)}, model=_tied_lm(), write_aliases=True), ValueError,
+     r"^save: 'wte\.weight', the original of 'head\.weight', is not in params$"),
+    ("block-norm-layer", lambda: L.TransformerBlock(2, norm=3), ValueError,
+     r"^TransformerBlock: norm must be a Layer or one of \('layernorm', 'rmsnorm'\), got 3$"),
+    ("block-activation-layer", lambda: L.TransformerBlock(2, activation=3), ValueError,
+     r"^TransformerBlock: activation must be a Layer or one of \('gelu', 'gelu_tanh', 'relu', 'swiglu'\), got 3$"),
+    ("block-no-heads", lambda: L.TransformerBlock(), ValueError,
+     r"^TransformerBlock: give num_heads \(for the default attention\) or attn$"),
+    ("block-attn", lambda: L.TransformerBlock(attn="mha"), ValueError,
+     r"^TransformerBlock: attn must be a Layer or None, got 'mha'$"),
+    ("swiglu-odd", lambda: L.SwiGLU().apply({}, jnp.zeros((2, 3))), LayerError,
+     r"^SwiGLU: input last axis expected an even width, got 3$"),
 ]
 # fmt: on
 

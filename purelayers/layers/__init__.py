@@ -33,6 +33,7 @@ from purelayers.layers.activation import (
     Softmax,
     Softplus,
     Softsign,
+    SwiGLU,
     Tanh,
     elu,
     exponential,

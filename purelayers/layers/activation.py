@@ -11,7 +11,7 @@ Shape: every activation maps ``(...)`` to the same shape and dtype.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,7 @@ __all__ = [
     "Softmax",
     "Softplus",
     "Softsign",
+    "SwiGLU",
     "Tanh",
     "elu",
     "exponential",
@@ -164,6 +165,10 @@ def prelu(x: jax.Array, weight: jax.Array) -> jax.Array:
 class _Activation(Layer):
     """A parameter-free elementwise (or axis-wise) function as a layer."""
 
+    # Whether the output's last axis is half the input's (gated activations), so an MLP
+    # around it gives its first projection twice the hidden width.
+    halves_width: ClassVar[bool] = False
+
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         return self.function(x)
 
@@ -232,6 +237,25 @@ class SiLU(_Activation):
 
     def function(self, x):
         return silu(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class SwiGLU(_Activation):
+    """Gated SiLU over the last axis: ``silu(gate) * up`` with ``gate, up = split(x, 2)``
+    (gate first), the activation of Llama's MLP with its gate and up projections
+    packed into one matrix. Halves the last axis (``halves_width``).
+
+    Shape:
+      input ``(..., 2 * D)``; output ``(..., D)``.
+    """
+
+    halves_width: ClassVar[bool] = True
+
+    def function(self, x):
+        if jnp.shape(x)[-1] % 2:
+            raise LayerError("SwiGLU", "input last axis", "an even width", jnp.shape(x)[-1])
+        gate, up = jnp.split(x, 2, axis=-1)
+        return silu(gate) * up
 
 
 @dataclasses.dataclass(frozen=True)

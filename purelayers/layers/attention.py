@@ -552,7 +552,7 @@ class AttentionCore(Layer):
             raise LayerError(
                 layer,
                 "cache keys/values shape",
-                (want_k, want_v),
+                want_k if want_k == want_v else (want_k, want_v),
                 (keys.shape, values.shape),
                 "make it with init_cache((batch, max_len, embed_dim))",
             )

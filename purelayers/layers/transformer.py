@@ -4,7 +4,7 @@ Llama style through ``TransformerBlock.llama(...)``."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +15,10 @@ from purelayers.layers._checks import (
     check_choice,
     check_float,
     check_int,
+    config_error,
     need_key,
 )
-from purelayers.layers.activation import gelu, silu
+from purelayers.layers.activation import GELU, ReLU, SwiGLU
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.dropout import dropout as _dropout
 from purelayers.layers.linear import Linear
@@ -26,93 +27,126 @@ from purelayers.layers.norm import LayerNorm, RMSNorm
 
 __all__ = ["TransformerBlock"]
 
-_PARTS = ("ln1", "attn", "ln2", "fc", "proj")
+_NORMS = ("layernorm", "rmsnorm")
+_ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu")
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerBlock(Layer):
-    r"""A pre-norm transformer block::
+    r"""A pre-norm transformer block, built from child layers::
 
         x = x + dropout(attn(ln1(x)))
-        x = x + dropout(proj(act(fc(ln2(x)))))
+        x = x + dropout(proj(activation(fc(ln2(x)))))
 
     The defaults are GPT-2's block with torch's defaults: ``LayerNorm`` (eps ``1e-5``),
-    causal multi-head self-attention (scale ``1/sqrt(head_dim)``), an MLP of width
-    ``mlp_ratio * E`` with the exact (erf) GELU, biases everywhere. For ``E = 8`` and 2
-    heads it has twelve parameters, 872 scalars, in this order: ``ln1.weight``,
+    causal ``MultiHeadAttention`` (scale ``1/sqrt(head_dim)``), an MLP of width
+    ``mlp_ratio * E`` with the exact (erf) ``GELU``, biases everywhere. For ``E = 8`` and
+    2 heads it has twelve parameters, 872 scalars, in this order: ``ln1.weight``,
     ``ln1.bias``, ``attn.qkv.weight``, ``attn.qkv.bias``, ``attn.out.weight``,
     ``attn.out.bias``, ``ln2.weight``, ``ln2.bias``, ``fc.weight``, ``fc.bias``,
-    ``proj.weight``, ``proj.bias`` (``attn`` is a ``MultiHeadAttention``).
+    ``proj.weight``, ``proj.bias``.
 
-    Llama style (``TransformerBlock.llama(num_heads, num_kv_heads=...)``, or the options
-    below): ``norm="rmsnorm"``, ``activation="swiglu"``, ``rope=True``, ``bias=False``,
-    grouped-query attention. Its names are ``ln1.weight``, ``attn.qkv.weight``,
-    ``attn.out.weight``, ``ln2.weight``, ``fc.weight``, ``proj.weight``, where SwiGLU's
-    gate and up projections are packed into ``fc.weight`` ``(2 * hidden, E)``, gate rows
-    first: ``proj(silu(gate) * up)``. From a Hugging Face Llama layer: ``ln1`` =
-    ``input_layernorm``, ``ln2`` = ``post_attention_layernorm``, ``attn.qkv.weight`` =
-    ``concat(q_proj, k_proj, v_proj)``, ``attn.out`` = ``o_proj``, ``fc.weight`` =
-    ``concat(gate_proj, up_proj)``, ``proj`` = ``down_proj`` (HF's q/k weights use the
-    same rotate-half RoPE convention).
+    The parts are layers: ``norm`` (a prototype used for both ``ln1`` and ``ln2``),
+    ``activation`` and ``attn`` (any attention layer taking ``mask``, ``key``,
+    ``train`` and ``cache``: ``MultiHeadAttention``, ``Attention``,
+    ``InProjAttention``). A gated ``activation`` (``SwiGLU``, ``halves_width``) gets an
+    ``fc`` of twice the hidden width, gate rows first. ``norm`` and ``activation`` also
+    take the names ``"layernorm"``/``"rmsnorm"`` and ``"gelu"``/``"gelu_tanh"``/
+    ``"relu"``/``"swiglu"``, which become those layers (with ``norm_eps`` and ``bias``).
+
+    Llama style (``TransformerBlock.llama(num_heads, num_kv_heads=...)``): ``RMSNorm``,
+    ``SwiGLU``, RoPE, grouped-query attention, no biases. Its names are ``ln1.weight``,
+    ``attn.qkv.weight``, ``attn.out.weight``, ``ln2.weight``, ``fc.weight``,
+    ``proj.weight``, where ``fc.weight`` ``(2 * hidden, E)`` packs the gate and up
+    projections. (``purelayers.models`` composes Hugging Face's own layouts.)
 
     Args:
-      num_heads: attention heads; must divide the width ``E`` (read at ``init``).
+      num_heads: attention heads of the default ``MultiHeadAttention``; must divide the
+        width ``E`` (read at ``init``). Not given with ``attn``.
+      attn: the attention layer. Default ``None``: ``MultiHeadAttention(num_heads,
+        num_kv_heads=..., bias=bias, causal=causal, dropout=dropout, rope=rope,
+        rope_theta=rope_theta)``.
+      norm: the norm layer (or its name). Default ``"layernorm"``.
+      activation: the MLP's activation layer (or its name). Default ``"gelu"``.
       mlp_ratio: MLP hidden width as a multiple of ``E``. Default ``4``.
-      causal: causal self-attention. Default ``True``.
-      dropout: dropout on the attention weights and on both residual branches, in
-        train mode only (needs ``key``). Default ``0.0``.
-      activation: ``"gelu"`` (exact erf), ``"gelu_tanh"``, ``"relu"`` or ``"swiglu"``.
-        Default ``"gelu"``.
-      norm: ``"layernorm"`` or ``"rmsnorm"``. Default ``"layernorm"``.
-      norm_eps: the norms' eps. Default ``1e-5``.
-      bias: biases in the linear maps and the LayerNorms. Default ``True``.
-      num_kv_heads: key/value heads (grouped-query attention). Default ``None``
-        (``num_heads``).
-      rope: rotary position embedding on queries and keys. Default ``False``.
-      rope_theta: RoPE base. Default ``10000.0``.
       hidden_dim: MLP hidden width, overriding ``mlp_ratio``. Default ``None``.
+      causal: causal self-attention (default attention). Default ``True``.
+      dropout: dropout on the attention weights (default attention) and on both
+        residual branches, in train mode only (needs ``key``). Default ``0.0``.
+      norm_eps: the eps of a norm given by name. Default ``1e-5``.
+      bias: biases in ``fc``, ``proj``, the default attention and a LayerNorm given by
+        name. Default ``True``.
+      num_kv_heads: key/value heads of the default attention. Default ``None``.
+      rope: rotary position embedding in the default attention. Default ``False``.
+      rope_theta: RoPE base. Default ``10000.0``.
 
     Decoding: ``init_cache((batch, max_len, E))`` and ``apply(..., cache=cache)`` return
-    ``(y, new_cache)`` as ``MultiHeadAttention`` does.
+    ``(y, new_cache)`` as the attention does.
 
     Shape:
       input ``(batch, seq, E)`` or ``(seq, E)``; output the same.
 
     Parameters:
-      the norms' as ``LayerNorm``/``RMSNorm`` (ones, zeros); ``attn.*`` as
-      ``MultiHeadAttention`` (torch's ``nn.MultiheadAttention`` init); ``fc.*`` and
+      the norms' (ones, zeros); ``attn.*`` as the attention layer's; ``fc.*`` and
       ``proj.*`` as ``Linear`` (torch's default init).
     """
 
-    _own_order: ClassVar[tuple[str, ...]] = ()
-
-    num_heads: int
+    num_heads: int | None = None
     _: dataclasses.KW_ONLY
+    attn: Layer | None = None
+    norm: Layer | str = "layernorm"
+    activation: Layer | str = "gelu"
     mlp_ratio: float = 4
+    hidden_dim: int | None = None
     causal: bool = True
     dropout: float = 0.0
-    activation: str = "gelu"
-    norm: str = "layernorm"
     norm_eps: float = 1e-5
     bias: bool = True
     num_kv_heads: int | None = None
     rope: bool = False
     rope_theta: float = 10000.0
-    hidden_dim: int | None = None
 
     def __post_init__(self):
         name = "TransformerBlock"
         check_float(name, "mlp_ratio", self.mlp_ratio, low=0.0, low_open=True)
         check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        check_choice(name, "activation", self.activation, ("gelu", "gelu_tanh", "relu", "swiglu"))
-        check_choice(name, "norm", self.norm, ("layernorm", "rmsnorm"))
         check_float(name, "norm_eps", self.norm_eps, low=0.0, low_open=True)
         if self.hidden_dim is not None:
             check_int(name, "hidden_dim", self.hidden_dim)
-        try:
-            self.attention  # noqa: B018  (validates num_heads / num_kv_heads now)
-        except ValueError as e:
-            raise ValueError(str(e).replace("MultiHeadAttention", name, 1)) from None
+        if isinstance(self.norm, str):
+            check_choice(name, "norm", self.norm, _NORMS)
+            norm = LayerNorm(eps=self.norm_eps, bias=self.bias)
+            object.__setattr__(
+                self, "norm", norm if self.norm == "layernorm" else RMSNorm(eps=self.norm_eps)
+            )
+        elif not isinstance(self.norm, Layer):
+            raise config_error(name, "norm", f"a Layer or one of {_NORMS}", self.norm)
+        if isinstance(self.activation, str):
+            check_choice(name, "activation", self.activation, _ACTIVATIONS)
+            acts = {"gelu": GELU(), "gelu_tanh": GELU("tanh"), "relu": ReLU(), "swiglu": SwiGLU()}
+            object.__setattr__(self, "activation", acts[self.activation])
+        elif not isinstance(self.activation, Layer):
+            raise config_error(
+                name, "activation", f"a Layer or one of {_ACTIVATIONS}", self.activation
+            )
+        if self.attn is None:
+            if self.num_heads is None:
+                raise ValueError(f"{name}: give num_heads (for the default attention) or attn")
+            try:
+                attn = MultiHeadAttention(
+                    self.num_heads,
+                    num_kv_heads=self.num_kv_heads,
+                    bias=self.bias,
+                    causal=self.causal,
+                    dropout=self.dropout,
+                    rope=self.rope,
+                    rope_theta=self.rope_theta,
+                )
+            except ValueError as e:
+                raise ValueError(str(e).replace("MultiHeadAttention", name, 1)) from None
+            object.__setattr__(self, "attn", attn)
+        elif not isinstance(self.attn, Layer):
+            raise config_error(name, "attn", "a Layer or None", self.attn)
 
     @classmethod
     def llama(
@@ -133,9 +167,8 @@ class TransformerBlock(Layer):
             mlp_ratio=mlp_ratio,
             causal=causal,
             dropout=dropout,
-            activation="swiglu",
-            norm="rmsnorm",
-            norm_eps=norm_eps,
+            activation=SwiGLU(),
+            norm=RMSNorm(eps=norm_eps),
             bias=False,
             num_kv_heads=num_kv_heads,
             rope=True,
@@ -144,16 +177,8 @@ class TransformerBlock(Layer):
         )
 
     @property
-    def attention(self) -> MultiHeadAttention:
-        return MultiHeadAttention(
-            self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            bias=self.bias,
-            causal=self.causal,
-            dropout=self.dropout,
-            rope=self.rope,
-            rope_theta=self.rope_theta,
-        )
+    def attention(self) -> Layer:
+        return self.attn
 
     def hidden(self, embed_dim: int) -> int:
         """The MLP's hidden width for inputs of width ``embed_dim``."""
@@ -161,22 +186,19 @@ class TransformerBlock(Layer):
 
     def parts(self, embed_dim: int) -> dict[str, Layer]:
         """The sub-layers, by checkpoint name and in registration order."""
-        if self.norm == "layernorm":
-            norm: Layer = LayerNorm(eps=self.norm_eps, bias=self.bias)
-        else:
-            norm = RMSNorm(eps=self.norm_eps)
-        width = self.hidden(embed_dim) * (2 if self.activation == "swiglu" else 1)
+        gated = getattr(self.activation, "halves_width", False)
+        width = self.hidden(embed_dim) * (2 if gated else 1)
         return {
-            "ln1": norm,
-            "attn": self.attention,
-            "ln2": norm,
+            "ln1": self.norm,
+            "attn": self.attn,
+            "ln2": self.norm,
             "fc": Linear(width, bias=self.bias),
             "proj": Linear(embed_dim, bias=self.bias),
         }
 
     def children(self) -> dict[str, Layer]:
         # Names and order do not depend on the width; any width lists them.
-        return self.parts(self.num_heads)
+        return self.parts(1)
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         shape = as_shape(shape)
@@ -199,13 +221,7 @@ class TransformerBlock(Layer):
 
     def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
         """The attention's decoding cache for ``shape = (batch, max_len, E)``."""
-        return self.attention.init_cache(shape, dtype)
-
-    def _call(self, layer: Layer, name: str, params: Params, x: Any, **kwargs: Any) -> Any:
-        try:
-            return layer.apply(params.get(name, {}), x, **kwargs)
-        except LayerError as err:
-            raise err.within("TransformerBlock", name) from None
+        return self.attn.init_cache(shape, dtype)
 
     def apply(
         self,
@@ -222,30 +238,20 @@ class TransformerBlock(Layer):
             raise LayerError(
                 "TransformerBlock", "input rank", "2 or 3 ((seq, E) or (batch, seq, E))", x.ndim
             )
-        parts = self.parts(x.shape[-1])
         p = self.dropout if train else 0.0
         if p > 0.0:
             need_key("TransformerBlock", key)
         keys = [None if p == 0.0 else jax.random.fold_in(key, i) for i in range(3)]
+        extra = {} if cache is None else {"cache": cache}
 
-        h = self._call(parts["ln1"], "ln1", params, x)
-        h = self._call(
-            parts["attn"], "attn", params, h, mask=mask, key=keys[0], train=train, cache=cache
-        )
+        h = self.call("ln1", params, x)
+        h = self.call("attn", params, h, mask=mask, key=keys[0], train=train, **extra)
         if cache is not None:
             h, cache = h
         x = x + (h if p == 0.0 else _dropout(h, p, keys[1]))
 
-        h = self._call(parts["ln2"], "ln2", params, x)
-        h = self._activation(self._call(parts["fc"], "fc", params, h))
-        h = self._call(parts["proj"], "proj", params, h)
+        h = self.call("ln2", params, x)
+        h = self.activation.apply({}, self.call("fc", params, h))
+        h = self.call("proj", params, h)
         x = x + (h if p == 0.0 else _dropout(h, p, keys[2]))
         return x if cache is None else (x, cache)
-
-    def _activation(self, h: jax.Array) -> jax.Array:
-        if self.activation == "swiglu":
-            gate, up = jnp.split(h, 2, axis=-1)
-            return silu(gate) * up
-        if self.activation == "relu":
-            return jnp.where(h > 0, h, jnp.zeros_like(h))
-        return gelu(h, "tanh" if self.activation == "gelu_tanh" else "none")
