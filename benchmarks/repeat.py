@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import purelayers as pl
 from purelayers import layers as L
 
 
@@ -90,8 +91,11 @@ def main(argv=None) -> dict:
             "Sequential": L.Sequential(*[block] * depth),
             "Sequential(Remat)": L.Sequential(*[L.Remat(block)] * depth),
         }
-        params = stacks["Repeat"].init(jax.random.key(0), shape)
+        stacked = stacks["Repeat"].init(jax.random.key(0), shape)
+        # The same weights as per-block trees, the storage the Python-loop stacks read.
+        unrolled = pl.params.unflatten(pl.params.flatten(stacked))
         for name, model in stacks.items():
+            params = stacked if name.startswith("Repeat") else unrolled
             row = {"stack": name, "depth": depth, **measure(model, params, x, args.repeats)}
             results["rows"].append(row)
             print(
