@@ -334,3 +334,38 @@ def test_grouped_qkv_order_makes_the_head_split_communication_free(scenarios):
     assert got["same_output"] < 1e-5
     assert {op for op, _ in got["grouped"]["collectives"]} == {"all-reduce"}
     assert got["grouped"]["loss"] == pytest.approx(got["torch_order"]["loss"], rel=1e-5)
+
+
+def test_load_sharded_tied_and_stacked_checkpoints(tmp_path):
+    """A tied alias in the file (as torch writes it) and a Repeat's per-block names both
+    load onto shardings, into the stacked, untied tree."""
+    model = L.Tied(
+        L.Sequential(
+            {
+                "wte": L.Embedding(11, 8),
+                "blocks": L.Repeat(L.Sequential(L.Linear(8), L.Tanh()), 3),
+                "head": L.Linear(11, bias=False),
+            }
+        ),
+        {"head.weight": "wte.weight"},
+    )
+    params = model.init(jax.random.key(0), (2, 4))
+    path = pl.params.save(tmp_path / "m.safetensors", params, model=model, write_aliases=True)
+    assert "head.weight" in pl.params.load(path) and "blocks.2.0.bias" in pl.params.load(path)
+    mesh = S.make_mesh("data=1")
+    sh = S.named_shardings(params, [("*", S.P())], mesh)
+    abstract = jax.eval_shape(lambda: params)
+    with pytest.raises(KeyError, match=r"unexpected keys: \['head\.weight'\]"):
+        S.load_sharded(path, abstract, sh)
+    got = S.load_sharded(path, abstract, sh, model=model)
+    assert isinstance(got["blocks"], pl.params.Stacked)
+    jax.tree.map(np.testing.assert_array_equal, got, params)
+    ids = jnp.arange(8).reshape(2, 4) % 11
+    np.testing.assert_array_equal(model.apply(got, ids), model.apply(params, ids))
+    # A file whose alias disagrees with its original loads nothing.
+    flat = {k: np.asarray(v) for k, v in pl.params.load(path).items()}
+    flat["head.weight"] = flat["head.weight"] + 1.0
+    bad = tmp_path / "bad.safetensors"
+    pl.params.save(bad, pl.params.unflatten(flat))
+    with pytest.raises(ValueError, match=r"'head\.weight' is tied to 'wte\.weight'"):
+        S.load_sharded(bad, abstract, sh, model=model)
