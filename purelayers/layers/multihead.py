@@ -55,8 +55,48 @@ def _core(layer: Any) -> AttentionCore:
     )
 
 
+class _Projected(Layer):
+    """An attention layer: ``_qkv`` projections, then ``self.core`` (an
+    ``AttentionCore``), then ``_project_out``."""
+
+    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any) -> tuple:
+        raise NotImplementedError
+
+    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        *,
+        mask: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+        cache: dict[str, jax.Array] | None = None,
+        context: Any = None,
+        positions: Any = None,
+    ):
+        name = type(self).__name__
+
+        def run(x, context, mask):
+            if context is not None:
+                _no_context(name, self.core, cache)
+            q, k, v = self._qkv(params, x, context, cache)
+            out = self.core.attend(
+                q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
+                layer=name,
+            )  # fmt: skip
+            if cache is not None:
+                out, new_cache = out
+                return self._project_out(params, out), new_cache
+            return self._project_out(params, out)
+
+        return _batched(name, x, context, mask, run)
+
+
 @dataclasses.dataclass(frozen=True)
-class _Packed(Layer):
+class _Packed(_Projected):
     """Shared by the two layouts with one packed input projection (q, k, v rows)."""
 
     num_heads: int
@@ -127,44 +167,16 @@ class _Packed(Layer):
     def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any):
         """``q``, ``k``, ``v`` from the packed projection (rows ``[q | k | v]``)."""
         e = x.shape[-1]
-        hd, name = self.head_dim(e), type(self).__name__
+        hd = self.head_dim(e)
         nq = self.num_heads * hd
         if context is None:
             qkv = self._project_in(params, x, None)
             q, kv = qkv[..., :nq], qkv[..., nq:]
         else:
-            _no_context(name, self.core, cache)
             q = self._project_in(params, x, slice(0, nq))
             kv = self._project_in(params, jnp.asarray(context), slice(nq, None))
         nk = self.kv_heads * hd
         return q, kv[..., :nk], kv[..., nk:]
-
-    def apply(
-        self,
-        params: Params,
-        x: Any,
-        *,
-        mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-        cache: dict[str, jax.Array] | None = None,
-        context: Any = None,
-        positions: Any = None,
-    ):
-        name = type(self).__name__
-
-        def run(x, context, mask):
-            q, k, v = self._qkv(params, x, context, cache)
-            out = self.core.attend(
-                q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
-                layer=name,
-            )  # fmt: skip
-            if cache is not None:
-                out, new_cache = out
-                return self._project_out(params, out), new_cache
-            return self._project_out(params, out)
-
-        return _batched(name, x, context, mask, run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,7 +313,7 @@ class InProjAttention(_Packed):
 
 
 @dataclasses.dataclass(frozen=True)
-class Attention(Layer):
+class Attention(_Projected):
     r"""Attention with separate projections, as Hugging Face's Llama, Mistral and Qwen2
     name them: ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` (any layers; ``Linear``\ s
     with or without bias each) around ``core``, an ``AttentionCore``::
@@ -403,31 +415,10 @@ class Attention(Layer):
         hd, v_dim = self._widths(jax.ShapeDtypeStruct((1, 1, shape[2]), dtype))
         return self.core.init_cache(shape[:2], hd, dtype, v_dim=v_dim)
 
-    def apply(
-        self,
-        params: Params,
-        x: Any,
-        *,
-        mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-        cache: dict[str, jax.Array] | None = None,
-        context: Any = None,
-        positions: Any = None,
-    ):
-        def run(x, context, mask):
-            if context is not None:
-                _no_context("Attention", self.core, cache)
-            kv = x if context is None else jnp.asarray(context)
-            q = self.call("q_proj", params, x)
-            k, v = self.call("k_proj", params, kv), self.call("v_proj", params, kv)
-            out = self.core.attend(
-                q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
-                layer="Attention",
-            )  # fmt: skip
-            if cache is not None:
-                out, new_cache = out
-                return self.call("o_proj", params, out), new_cache
-            return self.call("o_proj", params, out)
+    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any) -> tuple:
+        kv = x if context is None else jnp.asarray(context)
+        q = self.call("q_proj", params, x)
+        return q, self.call("k_proj", params, kv), self.call("v_proj", params, kv)
 
-        return _batched("Attention", x, context, mask, run)
+    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
+        return self.call("o_proj", params, y)
