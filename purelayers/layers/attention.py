@@ -454,7 +454,7 @@ class AttentionCore(Layer):
         """An empty cache for ``shape = (batch, max_len)``."""
         b, max_len = as_shape(shape)
         k = jnp.zeros((b, max_len, self.kv_heads, head_dim), dtype)
-        v = k if v_dim in (None, head_dim) else jnp.zeros((b, max_len, self.kv_heads, v_dim))
+        v = k if v_dim in (None, head_dim) else jnp.zeros((b, max_len, self.kv_heads, v_dim), dtype)
         return {"keys": k, "values": v, "length": jnp.zeros((), jnp.int32)}
 
     def apply(self, params: Params, q: Any, k: Any = None, v: Any = None, **kwargs: Any):
