@@ -45,6 +45,11 @@ class Layer:
     - ``apply(params, x, *, key=None, train=False) -> y``: pure. Layers with buffers
       also take ``state=`` and then return ``(y, new_state)``.
     - ``init_state(shape, dtype=jnp.float32) -> state``: the buffers (``{}`` here).
+    - ``own_names() -> tuple[str, ...]``: the names of the layer's own arrays, once, in
+      PyTorch's order (``()`` here: a composite whose arrays are all in children).
+
+    Children are applied with ``self.call(name, params, x, ...)``, which names the
+    child's path in errors.
 
     A custom composite, a pre-norm residual block::
 
