@@ -631,8 +631,7 @@ def test_mha_maps_are_inverse_of_each_other(torch):
 
 
 def test_torch_multihead_attention_checkpoints_cross_through_the_name_map(torch, tmp_path):
-    attention = pytest.importorskip("purelayers.layers.attention")
-    layer = attention.MultiHeadAttention(2)
+    layer = L.MultiHeadAttention(2)
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
     module = torch.nn.ModuleDict({"attn": mha}).eval()

@@ -56,14 +56,9 @@ def _core(layer: Any) -> AttentionCore:
 
 
 class _Projected(Layer):
-    """An attention layer: ``_qkv`` projections, then ``self.core`` (an
-    ``AttentionCore``), then ``_project_out``."""
-
-    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any) -> tuple:
-        raise NotImplementedError
-
-    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
-        raise NotImplementedError
+    """An attention layer: ``_qkv(params, x, context, cache) -> (q, k, v)``, then
+    ``self.core`` (an ``AttentionCore``), then ``_project_out(params, y)``; subclasses
+    define the three."""
 
     def apply(
         self,
