@@ -280,10 +280,13 @@ class Sequential(Layer):
     def __len__(self) -> int:
         return len(self.layers)
 
-    def __getitem__(self, index: int | str) -> Layer:
-        """The child at position ``index``, or the child named ``index``."""
+    def __getitem__(self, index: int | str | slice) -> Layer:
+        """The child at position ``index``, the child named ``index``, or (a slice) a
+        ``Sequential`` of those children under their names, as torch slices."""
         if isinstance(index, str):
             return self.children()[index]
+        if isinstance(index, slice):
+            return Sequential(list(zip(self.names[index], self.layers[index], strict=True)))
         return self.layers[index]
 
     def __iter__(self) -> Iterator[Layer]:

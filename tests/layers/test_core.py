@@ -212,3 +212,14 @@ def test_custom_composite(torch):
         bad["1"] = {"body": {**params["1"]["body"], "0": {"weight": jnp.ones((8, 3))}}}
         model.apply(bad, jnp.asarray(x))
     assert pl.testing.gradcheck(model.apply, params, jnp.asarray(x))
+
+
+def test_sequential_indexing_by_position_name_and_slice():
+    seq = L.Sequential({"fc": L.Linear(4), "act": L.ReLU(), "out": L.Linear(2)})
+    assert seq[0] == seq["fc"] == L.Linear(4) and len(seq) == 3
+    tail = seq[1:]  # keeps the children's names, as torch's slicing does
+    assert tail.names == ("act", "out") and tail["out"] == L.Linear(2)
+    numbered = L.Sequential(L.Linear(4), L.ReLU(), L.Linear(2))[1:]
+    assert numbered.names == ("1", "2")
+    params = tail.init(jax.random.key(0), (3, 4))
+    assert list(pl.params.flatten(params)) == ["out.weight", "out.bias"]
