@@ -1,7 +1,9 @@
-"""Testing helpers: ``gradcheck`` and tree comparisons by checkpoint name."""
+"""Testing helpers: ``gradcheck``, ``assert_matches_torch`` (parity with a ``torch.nn``
+twin) and tree comparisons by checkpoint name."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,7 +14,7 @@ from jax.flatten_util import ravel_pytree
 
 from purelayers.params import _to_numpy, flatten
 
-__all__ = ["assert_tree_allclose", "gradcheck"]
+__all__ = ["assert_matches_torch", "assert_tree_allclose", "gradcheck"]
 
 
 def _is_float(x: Any) -> bool:
@@ -144,3 +146,151 @@ def assert_tree_allclose(
             bad.append(f"{name or '<root>'}: max |diff| {np.max(np.abs(x - y)):.3g}")
     if bad:
         raise AssertionError(f"{what} differs (rtol={rtol}, atol={atol}): " + "; ".join(bad))
+
+
+# -- torch parity -------------------------------------------------------------------------
+
+
+def _torch_of(module: Any) -> Any:
+    """The ``torch`` package ``module`` comes from; it is already imported by whoever
+    built the module, so nothing is imported here."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(module, torch.nn.Module):
+        raise TypeError(f"assert_matches_torch: module must be a torch.nn.Module, got {module!r}")
+    return torch
+
+
+def _torch_leaves(out: Any) -> list:
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _torch_leaves(o)]
+    return [out]
+
+
+def _worst(pairs: list[tuple[str, Any, Any]], rtol: float, atol: float) -> list[str]:
+    """Mismatch lines for ``(name, ours, theirs)`` pairs, the worst (by excess over the
+    tolerance) first."""
+    bad = []
+    for name, a, b in pairs:
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape:
+            bad.append((np.inf, f"{name}: shape {a.shape}, torch's {b.shape}"))
+            continue
+        excess = np.abs(a - b) - (atol + rtol * np.abs(b))
+        if a.size and np.max(excess) > 0:
+            i = np.unravel_index(int(np.argmax(excess)), a.shape)
+            bad.append(
+                (
+                    float(np.max(excess)),
+                    f"{name}: max |diff| {np.max(np.abs(a - b)):.3g}, at {tuple(map(int, i))} "
+                    f"ours {a[i]:.8g} vs torch {b[i]:.8g}",
+                )
+            )
+    return [line for _, line in sorted(bad, key=lambda t: -t[0])]
+
+
+def assert_matches_torch(
+    layer: Any,
+    module: Any,
+    *inputs: Any,
+    params: Any = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+    grads: bool = True,
+    seed: int = 0,
+    **apply_kwargs: Any,
+) -> Any:
+    """Check ``layer`` against its ``torch.nn`` twin: names, outputs and gradients.
+
+    ``module``'s parameters are copied into ``layer``'s params tree by name
+    (``layer.init`` for ``inputs[0]``, then ``purelayers.params.load_state_dict``; the
+    names and their order must equal ``module.named_parameters()``), unless ``params``
+    is given. Both run on ``inputs`` (numpy arrays; the module in eval mode); every
+    output leaf is compared, then the gradients of ``sum(out * g)`` for a random
+    cotangent ``g`` with respect to every floating-point input and every parameter, by
+    dotted name. The JAX side is one jitted ``jax.vjp``. The library never imports
+    torch: it uses the ``torch`` that built ``module``.
+
+    Args:
+      layer: the purelayers layer.
+      module: the torch module (its parameters are the reference weights: randomize
+        them, since default inits such as zero biases and unit norms hide mistakes).
+      inputs: the inputs, as ``module(*inputs)`` and ``layer.apply(params, *inputs)``
+        take them.
+      params: the params tree to use instead of loading ``module``'s.
+      rtol / atol: the tolerance, ``|ours - torch| <= atol + rtol * |torch|``.
+      grads: also compare gradients. Default ``True``.
+      seed: seeds the cotangent.
+      apply_kwargs: passed to ``layer.apply``.
+
+    Returns:
+      the params tree used.
+
+    Raises:
+      AssertionError: names that differ, or every output or gradient that differs,
+        the worst first, named by dotted path with the worst entry's two values.
+      TypeError: ``module`` is not a ``torch.nn.Module``.
+
+    Example:
+      >>> pl.testing.assert_matches_torch(L.Linear(3), torch.nn.Linear(4, 3), x)
+    """
+    from purelayers.params import load_state_dict
+
+    torch = _torch_of(module)
+    module = module.eval()
+    inputs = tuple(np.asarray(x) for x in inputs)
+    named = dict(module.named_parameters())
+    if params is None:
+        template = layer.init(jax.random.key(0), inputs[0])
+        ours = list(flatten(template))
+        if ours != list(named):
+            raise AssertionError(
+                f"assert_matches_torch: parameter names differ\n  ours  {ours}\n  torch {list(named)}"
+            )
+        params = load_state_dict(template, {k: v.detach() for k, v in named.items()})
+    floats = [i for i, x in enumerate(inputs) if np.issubdtype(x.dtype, np.floating)]
+    tensors = [
+        torch.from_numpy(x.copy()).requires_grad_(grads and i in floats)
+        for i, x in enumerate(inputs)
+    ]
+    t_out = _torch_leaves(module(*tensors))
+    cots = [
+        np.random.default_rng(seed).standard_normal(tuple(t.shape)).astype(np.float32)
+        for t in t_out
+    ]
+
+    def fn(p, *xs):
+        full = list(inputs)
+        for i, x in zip(floats, xs, strict=True):
+            full[i] = x
+        return jax.tree.leaves(layer.apply(p, *full, **apply_kwargs))
+
+    float_inputs = [jnp.asarray(inputs[i]) for i in floats]
+    n_out = len(jax.eval_shape(fn, params, *float_inputs))
+    if n_out != len(t_out):
+        raise AssertionError(f"assert_matches_torch: {n_out} outputs, torch's {len(t_out)}")
+
+    @jax.jit
+    def run(p, xs, cs):
+        out, vjp = jax.vjp(fn, p, *xs)
+        return out, vjp([jnp.asarray(c, o.dtype) for c, o in zip(cs, out, strict=True)])
+
+    j_out, j_grads = run(params, float_inputs, cots)
+    pairs = [
+        (f"output {i}", j, t.detach().numpy())
+        for i, (j, t) in enumerate(zip(j_out, t_out, strict=True))
+    ]
+    if grads:
+        total = sum((t * torch.from_numpy(c)).sum() for t, c in zip(t_out, cots, strict=True))
+        total.backward()
+        for name, g in flatten(j_grads[0]).items():
+            tg = named[name].grad if name in named else None
+            pairs.append((f"gradient of {name}", g, np.zeros(g.shape) if tg is None else tg))
+        for k, i in enumerate(floats):
+            pairs.append((f"gradient of input {i}", j_grads[1 + k], tensors[i].grad))
+    bad = _worst([(n, a, _to_numpy(b)) for n, a, b in pairs], rtol, atol)
+    if bad:
+        raise AssertionError(
+            f"assert_matches_torch: {type(layer).__name__} differs from {type(module).__name__} "
+            f"(rtol={rtol}, atol={atol}):\n  " + "\n  ".join(bad)
+        )
+    return params

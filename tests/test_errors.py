@@ -178,6 +178,21 @@ def _repeat_in_sequential():
     return model.apply(params, jnp.zeros((1, 3, 4)))
 
 
+def _torch_parity(case):
+    import torch
+
+    x = np.ones((2, 4), np.float32)
+    if case == "module":
+        return pl.testing.assert_matches_torch(L.Linear(4), lambda x: x, x)
+    if case == "names":
+        return pl.testing.assert_matches_torch(L.Linear(4, bias=False), torch.nn.Linear(4, 4), x)
+    if case == "outputs":
+        return pl.testing.assert_matches_torch(L.Lambda(lambda x: (x, x)), torch.nn.Identity(), x)
+    module = torch.nn.Linear(4, 4)
+    params = {"weight": jnp.zeros((4, 4)), "bias": jnp.ones(4)}
+    return pl.testing.assert_matches_torch(L.Linear(4), module, x, params=params)
+
+
 def _tied_lm():
     return L.Tied(
         L.Sequential({"wte": L.Embedding(5, 3), "head": L.Linear(5, bias=False)}),
@@ -697,6 +712,16 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      pl.debug.CheckError,
      r"^checked\(.*<lambda>\): the output is not finite: NaN or Inf in value \(1 of 1 entries\)$"),
     # -- testing -------------------------------------------------------------------------
+    ("torch-parity-module", lambda: _torch_parity("module"), TypeError,
+     r"^assert_matches_torch: module must be a torch\.nn\.Module, got <function"),
+    ("torch-parity-names", lambda: _torch_parity("names"), AssertionError,
+     r"^assert_matches_torch: parameter names differ\n  ours  \['weight'\]\n  torch "
+     r"\['weight', 'bias'\]$"),
+    ("torch-parity-outputs", lambda: _torch_parity("outputs"), AssertionError,
+     r"^assert_matches_torch: 2 outputs, torch's 1$"),
+    ("torch-parity-values", lambda: _torch_parity("values"), AssertionError,
+     r"^assert_matches_torch: Linear differs from Linear \(rtol=1e-05, atol=1e-05\):\n  "
+     r"output 0: max \|diff\|"),
     ("gradcheck-no-float-args",
      lambda: pl.testing.gradcheck(lambda i: i * 1.0, jnp.arange(3)), ValueError,
      r"^gradcheck: no floating-point leaf in args to differentiate$"),

@@ -1,5 +1,7 @@
 """gradcheck: passes on correct derivatives, and bites on a 1% error."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -44,3 +46,79 @@ def test_integer_leaves_pass_through():
         return x[ids] ** 2
 
     assert pl.testing.gradcheck(fn, jnp.array([1.0, 2.0, 3.0]), jnp.array([2, 0]))
+
+
+# -- assert_matches_torch ------------------------------------------------------------------
+
+
+def _randomized(torch, module):
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.5)
+    return module
+
+
+def test_assert_matches_torch_passes_and_returns_the_loaded_params(torch):
+    import numpy as np
+
+    from purelayers import layers as L
+
+    module = _randomized(
+        torch,
+        torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3, padding=1), torch.nn.Tanh(),
+                            torch.nn.Flatten(), torch.nn.Linear(20, 2)),
+    )  # fmt: skip
+    model = L.Sequential(L.Conv1d(4, 3, padding=1), L.Tanh(), L.Flatten(), L.Linear(2))
+    x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+    params = pl.testing.assert_matches_torch(model, module, x, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(params["3"]["weight"], module[3].weight.detach().numpy())
+
+
+def test_assert_matches_torch_names_the_worst_wrong_leaf(torch):
+    """Three mutations a parity check must catch: a transposed weight, a wrong
+    derivative (the output is right), and names that differ from torch's."""
+    import numpy as np
+
+    from purelayers import layers as L
+
+    module = _randomized(torch, torch.nn.Linear(4, 4))
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    params = pl.testing.assert_matches_torch(L.Linear(4), module, x)
+    transposed = {**params, "weight": params["weight"].T}
+    with pytest.raises(AssertionError, match=r"Linear differs from Linear .*\n  output 0: max"):
+        pl.testing.assert_matches_torch(L.Linear(4), module, x, params=transposed)
+
+    @dataclasses.dataclass(frozen=True)
+    class WrongGradient(L.Layer):
+        def own_names(self):
+            return ("weight", "bias")
+
+        def init(self, key, shape, dtype=jnp.float32):
+            return L.Linear(4).init(key, shape, dtype)
+
+        def apply(self, params, x, **_):
+            return L.Linear(4).apply({**params, "weight": wrong_sin(params["weight"])}, x)
+
+    sin_module = _randomized(torch, torch.nn.Linear(4, 4))
+    with torch.no_grad():
+        sin_params = {"weight": np.arcsin(np.clip(sin_module.weight.numpy(), -0.99, 0.99))}
+        sin_module.weight.copy_(torch.from_numpy(np.sin(sin_params["weight"])))
+    sin_params["bias"] = sin_module.bias.detach().numpy()
+
+    class SinLinear(torch.nn.Module):
+        def __init__(self, base, w):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.from_numpy(w))
+            self.bias = base.bias
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x, torch.sin(self.weight), self.bias)
+
+    twin = SinLinear(sin_module, sin_params["weight"])
+    with pytest.raises(AssertionError, match=r"\n  gradient of weight: max \|diff\|"):
+        pl.testing.assert_matches_torch(WrongGradient(), twin, x, rtol=1e-4, atol=1e-4)
+    with pytest.raises(AssertionError, match=r"parameter names differ"):
+        pl.testing.assert_matches_torch(L.Linear(4, bias=False), module, x)
+    with pytest.raises(TypeError, match=r"module must be a torch\.nn\.Module"):
+        pl.testing.assert_matches_torch(L.Linear(4), lambda x: x, x)
