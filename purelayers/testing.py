@@ -74,12 +74,17 @@ def gradcheck(
                 raise ValueError("gradcheck: fn returned no floating-point output")
             return jnp.concatenate(outs)
 
-        # One compiled function per method over all inputs at once.
-        jacobians = {
-            "reverse-mode": np.asarray(jax.jit(jax.jacrev(f))(flat)),
-            "forward-mode": np.asarray(jax.jit(jax.jacfwd(f))(flat)),
-        }
-        numerical = _finite_differences(f, flat, eps, batch_size)
+        # One compiled program for all three Jacobians over all inputs at once.
+        @jax.jit
+        def jacobians_of(flat):
+            return (
+                jax.jacrev(f)(flat),
+                jax.jacfwd(f)(flat),
+                _finite_differences(f, flat, eps, batch_size),
+            )
+
+        rev, fwd, numerical = (np.asarray(j) for j in jacobians_of(flat))
+        jacobians = {"reverse-mode": rev, "forward-mode": fwd}
         bounds = np.cumsum([0] + [int(np.size(x)) for x in xs])
         worst = None
         for mode, jac in jacobians.items():
@@ -111,18 +116,15 @@ def gradcheck(
     return True
 
 
-def _finite_differences(f, flat, eps, batch_size) -> np.ndarray:
-    """``(outputs, inputs)`` Jacobian of ``f`` at ``flat`` by central differences."""
+def _finite_differences(f, flat, eps, batch_size):
+    """``(outputs, inputs)`` Jacobian of ``f`` at ``flat`` by central differences (traced
+    inside the caller's ``jit``)."""
 
-    @jax.jit
-    def columns(flat):
-        def column(j):
-            step = jnp.zeros_like(flat).at[j].set(eps)
-            return (f(flat + step) - f(flat - step)) / (2 * eps)
+    def column(j):
+        step = jnp.zeros_like(flat).at[j].set(eps)
+        return (f(flat + step) - f(flat - step)) / (2 * eps)
 
-        return jax.lax.map(column, jnp.arange(flat.size), batch_size=min(batch_size, flat.size))
-
-    return np.asarray(columns(flat)).T
+    return jax.lax.map(column, jnp.arange(flat.size), batch_size=min(batch_size, flat.size)).T
 
 
 def assert_tree_allclose(
@@ -193,22 +195,35 @@ def assert_matches_torch(
     module: Any,
     *inputs: Any,
     params: Any = None,
+    state: Any = None,
+    apply: Callable[..., Any] | None = None,
+    torch_call: Callable[..., Any] | None = None,
+    train: bool = False,
     rtol: float = 1e-5,
     atol: float = 1e-5,
     grads: bool = True,
     seed: int = 0,
     **apply_kwargs: Any,
 ) -> Any:
-    """Check ``layer`` against its ``torch.nn`` twin: names, outputs and gradients.
+    """Check ``layer`` against its ``torch.nn`` twin: names, outputs and derivatives.
 
-    ``module``'s parameters are copied into ``layer``'s params tree by name
-    (``layer.init`` for ``inputs[0]``, then ``purelayers.params.load_state_dict``; the
-    names and their order must equal ``module.named_parameters()``), unless ``params``
-    is given. Both run on ``inputs`` (numpy arrays; the module in eval mode); every
-    output leaf is compared, then the gradients of ``sum(out * g)`` for a random
-    cotangent ``g`` with respect to every floating-point input and every parameter, by
-    dotted name. The JAX side is one jitted ``jax.vjp``. The library never imports
-    torch: it uses the ``torch`` that built ``module``.
+    ``module``'s parameters are copied into ``layer``'s params tree by name (into the
+    abstract ``jax.eval_shape(layer.init, ...)`` template for ``inputs[0]``, with
+    ``purelayers.params.load_state_dict``; the names and their order must equal
+    ``module.named_parameters()``), unless ``params`` is given; a layer with buffers
+    (``layer.init_state``) gets ``module``'s buffers as its ``state`` the same way,
+    unless ``state`` is given. Both run on ``inputs`` (numpy arrays), the module in
+    eval mode unless ``train``. Checked, in one jitted program on the JAX side:
+
+    - every output leaf against torch's;
+    - reverse mode: the gradients of ``sum(out * g)`` for a random cotangent ``g`` with
+      respect to every floating-point input and every parameter, against torch's
+      ``backward``, by dotted name;
+    - forward mode: for random tangents ``t`` of the same inputs and parameters, the
+      JVP must satisfy ``<g, J t> = <J^T g, t>`` against the reverse-mode gradients (a
+      ``custom_jvp`` whose transpose is wrong fails here).
+
+    The library never imports torch: it uses the ``torch`` that built ``module``.
 
     Args:
       layer: the purelayers layer.
@@ -217,76 +232,147 @@ def assert_matches_torch(
       inputs: the inputs, as ``module(*inputs)`` and ``layer.apply(params, *inputs)``
         take them.
       params: the params tree to use instead of loading ``module``'s.
+      state: the state tree to use instead of loading ``module``'s buffers.
+      apply: the JAX side, ``apply(params, *inputs)``, instead of ``layer.apply`` (a
+        jitted training step, a function of several layers); it gets no ``state``.
+      torch_call: the torch side, ``torch_call(module, *tensors)``, instead of
+        ``module(*tensors)``.
+      train: run both sides in training mode (``module.train()``, ``layer.apply(...,
+        train=True)``; batch statistics, no dropout unless given a key).
       rtol / atol: the tolerance, ``|ours - torch| <= atol + rtol * |torch|``.
-      grads: also compare gradients. Default ``True``.
-      seed: seeds the cotangent.
+      grads: also compare derivatives. Default ``True``.
+      seed: seeds the cotangent and the tangents.
       apply_kwargs: passed to ``layer.apply``.
 
     Returns:
       the params tree used.
 
     Raises:
-      AssertionError: names that differ, or every output or gradient that differs,
+      AssertionError: names that differ, or every output or derivative that differs,
         the worst first, named by dotted path with the worst entry's two values.
       TypeError: ``module`` is not a ``torch.nn.Module``.
 
     Example:
-      >>> pl.testing.assert_matches_torch(L.Linear(3), torch.nn.Linear(4, 3), x)
+      >>> import torch
+      >>> x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+      >>> params = pl.testing.assert_matches_torch(L.Linear(3), torch.nn.Linear(4, 3), x)
+      >>> sorted(params)
+      ['bias', 'weight']
     """
     from purelayers.params import load_state_dict
 
     torch = _torch_of(module)
-    module = module.eval()
+    module = module.train(train)
     inputs = tuple(np.asarray(x) for x in inputs)
     named = dict(module.named_parameters())
+    shape, dtype = inputs[0].shape, inputs[0].dtype
+    if not np.issubdtype(dtype, np.floating):
+        dtype = np.float32
     if params is None:
-        template = layer.init(jax.random.key(0), inputs[0])
+        template = layer.ordered(
+            jax.eval_shape(lambda k: layer.init(k, shape, dtype), jax.random.key(0))
+        )
         ours = list(flatten(template))
         if ours != list(named):
             raise AssertionError(
                 f"assert_matches_torch: parameter names differ\n  ours  {ours}\n  torch {list(named)}"
             )
         params = load_state_dict(template, {k: v.detach() for k, v in named.items()})
+    if state is None and apply is None:
+        state_template = layer.init_state(shape, dtype)
+        if state_template:
+            buffers = dict(module.named_buffers())
+            state = load_state_dict(
+                state_template, {k: buffers[k] for k in flatten(state_template)}
+            )
     floats = [i for i, x in enumerate(inputs) if np.issubdtype(x.dtype, np.floating)]
     tensors = [
         torch.from_numpy(x.copy()).requires_grad_(grads and i in floats)
         for i, x in enumerate(inputs)
     ]
-    t_out = _torch_leaves(module(*tensors))
-    cots = [
-        np.random.default_rng(seed).standard_normal(tuple(t.shape)).astype(np.float32)
-        for t in t_out
-    ]
+    t_out = _torch_leaves(torch_call(module, *tensors) if torch_call else module(*tensors))
+    rng = np.random.default_rng(seed)
+    cots = [rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in t_out]
 
     def fn(p, *xs):
         full = list(inputs)
         for i, x in zip(floats, xs, strict=True):
             full[i] = x
-        return jax.tree.leaves(layer.apply(p, *full, **apply_kwargs))
+        if apply is not None:
+            out = apply(p, *full)
+        elif state:
+            out, _ = layer.apply(p, *full, state=state, train=train, **apply_kwargs)
+        else:
+            kwargs = {"train": True, **apply_kwargs} if train else apply_kwargs
+            out = layer.apply(p, *full, **kwargs)
+        return jax.tree.leaves(out)
 
     float_inputs = [jnp.asarray(inputs[i]) for i in floats]
-    n_out = len(jax.eval_shape(fn, params, *float_inputs))
-    if n_out != len(t_out):
-        raise AssertionError(f"assert_matches_torch: {n_out} outputs, torch's {len(t_out)}")
+    out_specs = jax.eval_shape(fn, params, *float_inputs)
+    if len(out_specs) != len(t_out):
+        raise AssertionError(
+            f"assert_matches_torch: {len(out_specs)} outputs, torch's {len(t_out)}"
+        )
+    # integer outputs (indices) are compared, not differentiated
+    differentiable = [jnp.issubdtype(o.dtype, jnp.floating) for o in out_specs]
+    cots = [
+        c.astype(o.dtype) if d else np.zeros(o.shape, jax.dtypes.float0)
+        for c, o, d in zip(cots, out_specs, differentiable, strict=True)
+    ]
+    primals = (params, *float_inputs)
+    tangents = jax.tree.map(
+        lambda a: (
+            rng.standard_normal(a.shape).astype(a.dtype)
+            if jnp.issubdtype(a.dtype, jnp.floating)
+            else np.zeros(a.shape, jax.dtypes.float0)
+        ),
+        primals,
+    )
 
     @jax.jit
-    def run(p, xs, cs):
-        out, vjp = jax.vjp(fn, p, *xs)
-        return out, vjp([jnp.asarray(c, o.dtype) for c, o in zip(cs, out, strict=True)])
+    def run(primals, cs, tangents):
+        if not grads:
+            return fn(*primals), None, None
+        out, vjp = jax.vjp(fn, *primals)
+        _, out_t = jax.jvp(fn, primals, tangents)
+        return out, vjp(cs), out_t
 
-    j_out, j_grads = run(params, float_inputs, cots)
+    j_out, j_grads, out_t = run(primals, cots, tangents)
     pairs = [
         (f"output {i}", j, t.detach().numpy())
         for i, (j, t) in enumerate(zip(j_out, t_out, strict=True))
     ]
     if grads:
-        total = sum((t * torch.from_numpy(c)).sum() for t, c in zip(t_out, cots, strict=True))
+        total = sum(
+            (t * torch.from_numpy(np.asarray(c, np.float32)).to(t.dtype)).sum()
+            for t, c, d in zip(t_out, cots, differentiable, strict=True)
+            if d
+        )
         total.backward()
         for name, g in flatten(j_grads[0]).items():
             tg = named[name].grad if name in named else None
             pairs.append((f"gradient of {name}", g, np.zeros(g.shape) if tg is None else tg))
         for k, i in enumerate(floats):
             pairs.append((f"gradient of input {i}", j_grads[1 + k], tensors[i].grad))
+        forward = sum(
+            np.vdot(np.asarray(c, np.float64), np.asarray(o, np.float64))
+            for c, o, d in zip(cots, out_t, differentiable, strict=True)
+            if d
+        )
+        terms = [
+            np.asarray(g, np.float64).ravel() * np.asarray(t, np.float64).ravel()
+            for g, t in zip(jax.tree.leaves(j_grads), jax.tree.leaves(tangents), strict=True)
+            if t.dtype != jax.dtypes.float0
+        ]
+        reverse = sum(float(np.sum(t)) for t in terms)
+        scale = max(sum(float(np.sum(np.abs(t))) for t in terms), 1e-30)
+        pairs.append(
+            (
+                "forward mode <g, J t> against reverse mode <J^T g, t> (over sum |J^T g| |t|)",
+                np.float64(forward / scale),
+                np.float64(reverse / scale),
+            )
+        )
     bad = _worst([(n, a, _to_numpy(b)) for n, a, b in pairs], rtol, atol)
     if bad:
         raise AssertionError(

@@ -1,0 +1,192 @@
+"""The table checks, every ``tests/registry.py`` case through each.
+
+- ``test_contract``: torch's ``state_dict`` names, output shape from ``jax.eval_shape``,
+  finite output, float32 kept, ``jit`` equals eager, ``vmap`` over an extra batch axis
+  equals the loop, finite gradients, no retrace on a second call, hash and equality by
+  configuration. Everything jitted is one compiled program (init included).
+- ``test_bfloat16``: params, outputs and their dtype from a bfloat16 init and input.
+- ``test_matches_torch``: ``pl.testing.assert_matches_torch`` against the randomized
+  torch twin: outputs, reverse-mode gradients w.r.t. input and every parameter by name,
+  forward mode against reverse mode; one compiled program.
+- ``test_gradcheck``: ``pl.testing.gradcheck`` in float64 at the case's small shape,
+  params drawn at random; one compiled program.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import layers as L
+from tests import twins
+from tests.registry import CASES, Case
+
+BY_ID = {c.id: c for c in CASES}
+PARITY = [c.id for c in CASES if c.torch is not None]
+GRADCHECK = [c.id for c in CASES if c.grad_shape is not None]
+
+
+def public_layer_classes() -> list[type]:
+    classes = []
+    for name in L.__all__:
+        obj = getattr(L, name)
+        if inspect.isclass(obj) and issubclass(obj, L.Layer) and obj is not L.Layer:
+            classes.append(obj)
+    return classes
+
+
+def test_every_public_layer_is_registered():
+    covered = {type(c.make()) for c in CASES}
+    missing = [cls.__name__ for cls in public_layer_classes() if cls not in covered]
+    assert not missing, f"add these layers to tests/registry.py: {missing}"
+
+
+def test_every_case_is_checked_against_torch_and_gradchecked_or_says_why():
+    assert len(CASES) >= len(public_layer_classes())
+    assert np.unique([c.id for c in CASES]).size == len(CASES)
+    no_twin = [c.id for c in CASES if c.torch is None]
+    assert not no_twin, f"give these cases a torch twin (tests/twins.py): {no_twin}"
+    for c in CASES:
+        if isinstance(c.gradcheck, str):
+            assert c.gradcheck.strip(), f"{c.id}: say why it is not gradchecked"
+
+
+def example_input(case: Case, dtype, seed: int = 0, shape=None):
+    shape = case.shape if shape is None else shape
+    if case.ids is not None:
+        return jax.random.randint(jax.random.key(seed), shape, 0, case.ids)
+    return jax.random.normal(jax.random.key(seed), shape, dtype)
+
+
+def _apply(layer: L.Layer, case: Case, state):
+    def run(params, x):
+        if state:
+            out, _ = layer.apply(params, x, state=state, **case.kwargs)
+            return out
+        return layer.apply(params, x, **case.kwargs)
+
+    return run
+
+
+@pytest.mark.parametrize("case_id", list(BY_ID))
+def test_contract(case_id, torch):
+    case = BY_ID[case_id]
+    layer = case.make()
+    state = layer.init_state(case.shape, jnp.float32)
+    run = _apply(layer, case, state)
+    x = example_input(case, jnp.float32)
+    xs = jnp.stack([x, example_input(case, jnp.float32, seed=2)])
+
+    def loss(p, v):
+        return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree.leaves(run(p, v)))
+
+    argnums = (0,) if case.ids is not None else (0, 1)
+    traces = []
+
+    @jax.jit
+    def program(key, x, xs):
+        traces.append(1)
+        params = layer.init(key, case.shape, jnp.float32)
+        looped = [run(params, xs[i]) for i in range(2)]
+        batched = jax.vmap(run, in_axes=(None, 0))(params, xs)
+        return params, run(params, x), batched, looped, jax.grad(loss, argnums)(params, x)
+
+    params, out, batched, looped, grads = program(jax.random.key(0), x, xs)
+    params = layer.ordered(params)  # jit sorts dict keys; torch's order restored
+
+    # names and order: params and buffers merged, as torch's state_dict lists them (a
+    # tied alias is stored once, under its original)
+    if case.torch is not None:
+        aliases = layer.aliases()
+        expected = [k for k in case.torch(torch).state_dict() if k not in aliases]
+        assert list(pl.params.flatten(pl.params.merge(params, state))) == expected
+
+    # output shape from tracing alone; finite float32 values
+    assert jax.eval_shape(lambda p, v: jax.tree.leaves(run(p, v))[0], params, x).shape == (
+        case.out_shape
+    )
+    for leaf in jax.tree.leaves(out):
+        assert leaf.dtype == jnp.float32, f"{case_id}: {leaf.dtype} output for float32 input"
+        assert bool(jnp.all(jnp.isfinite(leaf)))
+    assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+
+    # jit equals eager
+    pl.testing.assert_tree_allclose(out, run(params, x), rtol=1e-5, atol=1e-5)
+
+    # vmap over an extra leading batch axis equals the loop
+    for i in range(2):
+        pl.testing.assert_tree_allclose(
+            jax.tree.map(lambda a, i=i: a[i], batched), looped[i], rtol=1e-5, atol=1e-5
+        )
+
+    # gradients w.r.t. params (and a floating input) are finite
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
+
+    # a second call with new arrays of the same shapes does not retrace
+    program(jax.random.key(1), example_input(case, jnp.float32, seed=1), xs + 0)
+    assert len(traces) == 1
+
+    # configuration identity
+    assert case.make() == layer and hash(case.make()) == hash(layer)
+
+
+@pytest.mark.parametrize("case_id", list(BY_ID))
+def test_bfloat16(case_id):
+    case = BY_ID[case_id]
+    layer = case.make()
+    run = _apply(layer, case, layer.init_state(case.shape, jnp.bfloat16))
+
+    @jax.jit
+    def program(key, x):
+        params = layer.init(key, case.shape, jnp.bfloat16)
+        return params, run(params, x)
+
+    params, out = program(jax.random.key(0), example_input(case, jnp.bfloat16))
+    assert all(p.dtype == jnp.bfloat16 for p in jax.tree.leaves(params)), "params follow dtype"
+    for leaf in jax.tree.leaves(out):
+        assert leaf.dtype == jnp.bfloat16, f"{case_id}: {leaf.dtype} output for bfloat16 input"
+        assert bool(jnp.all(jnp.isfinite(leaf.astype(jnp.float32))))
+
+
+@pytest.mark.parametrize("case_id", PARITY)
+def test_matches_torch(case_id, torch):
+    case = BY_ID[case_id]
+    module = twins.randomize(torch, case.torch(torch))
+    rng = np.random.default_rng(0)
+    if case.x is not None:
+        x = case.x()
+    elif case.ids is not None:
+        x = rng.integers(0, case.ids, case.shape)
+    else:
+        x = rng.standard_normal(case.shape).astype(np.float32)
+    pl.testing.assert_matches_torch(
+        case.make(), module, x, torch_call=case.torch_call, rtol=case.rtol, atol=case.atol,
+        **case.kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("case_id", GRADCHECK)
+def test_gradcheck(case_id):
+    case = BY_ID[case_id]
+    layer = case.make()
+    shape = case.grad_shape
+    rng = np.random.default_rng(0)
+    # random params of the declared shapes (nothing to compile for an init)
+    template = jax.eval_shape(lambda k: layer.init(k, shape, jnp.float32), jax.random.key(0))
+    params = jax.tree.map(lambda a: 0.5 * rng.standard_normal(a.shape), template)
+    x = rng.integers(0, case.ids, shape) if case.ids is not None else rng.standard_normal(shape)
+    state = layer.init_state(shape, jnp.float32)
+    if not state:
+        assert pl.testing.gradcheck(_apply(layer, case, state), params, x)
+        return
+    # buffers (running statistics, in eval mode) are differentiated too: float64 as well
+
+    def with_state(p, s, v):
+        return layer.apply(p, v, state=s, **case.kwargs)[0]
+
+    assert pl.testing.gradcheck(with_state, params, state, x)
