@@ -66,8 +66,8 @@ def rename(
         named), a rule or result is not a dotted name.
 
     Example:
-      >>> rename({"attn.in_proj_weight": w}, TORCH_MHA_TO_PURELAYERS)
-      {'attn.qkv.weight': w}
+      >>> list(rename({"attn.in_proj_weight": np.zeros((24, 8))}, TORCH_MHA_TO_PURELAYERS))
+      ['attn.qkv.weight']
     """
     if isinstance(mapping, Mapping):
         fn = _rule_renamer(mapping)

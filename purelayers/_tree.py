@@ -145,8 +145,9 @@ def flatten(tree: Any) -> dict[str, Any]:
     ``0.ln1.weight``, ``0.ln1.bias``, ..., ``1.ln1.weight``, with that block's slice.
 
     Example:
-      >>> flatten({"0": {"weight": w, "bias": b}, "2": {"weight": v}})
-      {'0.weight': w, '0.bias': b, '2.weight': v}
+      >>> w, b, v = jnp.ones((3, 2)), jnp.zeros(3), jnp.ones((1, 3))
+      >>> {k: a.shape for k, a in flatten({"0": {"weight": w, "bias": b}, "2": {"weight": v}}).items()}
+      {'0.weight': (3, 2), '0.bias': (3,), '2.weight': (1, 3)}
     """
     return dict(_walk(tree))
 

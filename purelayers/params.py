@@ -463,8 +463,14 @@ def load_into(
       ``return_keys=True``, the same with ``IncompatibleKeys`` appended.
 
     Example:
-      >>> params = model.init(jax.random.key(0), (1, 784))
-      >>> params = pl.params.load_into("model.safetensors", params)
+      >>> import os, tempfile
+      >>> model = L.Sequential(L.Linear(8), L.ReLU(), L.Linear(2))
+      >>> params = model.init(jax.random.key(0), (1, 4))
+      >>> path = pl.params.save(os.path.join(tempfile.mkdtemp(), "model.safetensors"), params)
+      >>> template = jax.eval_shape(lambda k: model.init(k, (1, 4)), jax.random.key(0))
+      >>> loaded = pl.params.load_into(path, template)
+      >>> bool(jnp.array_equal(loaded["2"]["weight"], params["2"]["weight"]))
+      True
     """
     flat = _read(path)
     who = f"load_into({os.fspath(path)!r})"
@@ -513,6 +519,8 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
     where torch lists it, with kind ``tied to <original>``, and counted once.
 
     Example:
+      >>> model = L.Sequential(L.Linear(8))
+      >>> params = model.init(jax.random.key(0), (1, 4))
       >>> print(summary(model, params))
       name      shape   dtype    count  kind
       -------------------------------------------

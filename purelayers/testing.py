@@ -51,7 +51,9 @@ def gradcheck(
     (``"0.weight (argument 0)"``), the entry, and the analytic and numerical values.
 
     Example:
-      >>> gradcheck(layer.apply, params, x)
+      >>> layer = L.Sequential(L.Linear(3), L.Tanh())
+      >>> params = layer.init(jax.random.key(0), (2, 4))
+      >>> gradcheck(layer.apply, params, jnp.ones((2, 4)))
       True
     """
     with jax.enable_x64(True):

@@ -234,10 +234,10 @@ class Sequential(Layer):
       input: whatever the first layer takes; output: whatever the last one returns.
 
     Example:
-      >>> mlp = Sequential(Linear(3), ReLU(), Linear(1))
+      >>> mlp = Sequential(L.Linear(3), L.ReLU(), L.Linear(1))
       >>> jax.tree.map(jnp.shape, mlp.init(jax.random.key(0), (5, 2)))
       {'0': {'bias': (3,), 'weight': (3, 2)}, '2': {'bias': (1,), 'weight': (1, 3)}}
-      >>> named = Sequential({"fc": Linear(3), "act": ReLU(), "out": Linear(1)})
+      >>> named = Sequential({"fc": L.Linear(3), "act": L.ReLU(), "out": L.Linear(1)})
       >>> list(pl.params.flatten(named.init(jax.random.key(0), (5, 2))))
       ['fc.weight', 'fc.bias', 'out.weight', 'out.bias']
     """

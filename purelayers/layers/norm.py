@@ -494,8 +494,11 @@ class BatchNorm1d(_BatchNorm):
 
     Example:
       >>> bn = BatchNorm1d()
-      >>> params, state = bn.init(key, (8, 4)), bn.init_state((8, 4))
+      >>> x = jax.random.normal(jax.random.key(1), (8, 4))
+      >>> params, state = bn.init(jax.random.key(0), x.shape), bn.init_state(x.shape)
       >>> y, state = bn.apply(params, x, state=state, train=True)
+      >>> int(state["num_batches_tracked"]), y.shape
+      (1, (8, 4))
     """
 
     _ranks: ClassVar[tuple[int, ...]] = (2, 3)
@@ -548,7 +551,8 @@ class BatchNorm2d(_BatchNorm):
 
     Example:
       >>> bn = BatchNorm2d()
-      >>> params, state = bn.init(key, x.shape), bn.init_state(x.shape)
+      >>> x = jax.random.normal(jax.random.key(1), (8, 3, 5, 5))
+      >>> params, state = bn.init(jax.random.key(0), x.shape), bn.init_state(x.shape)
       >>> y, state = bn.apply(params, x, state=state, train=True)   # a training step
       >>> y, _ = bn.apply(params, x, state=state)                    # evaluation
     """

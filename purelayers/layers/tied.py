@@ -85,7 +85,7 @@ class Tied(Layer):
         alias that is also an original, or a name tied to itself.
 
     Example:
-      >>> lm = Tied(Sequential({"wte": Embedding(10, 4), "lm_head": Linear(10, bias=False)}),
+      >>> lm = Tied(L.Sequential({"wte": L.Embedding(10, 4), "lm_head": L.Linear(10, bias=False)}),
       ...           {"lm_head.weight": "wte.weight"})
       >>> list(pl.params.flatten(lm.init(jax.random.key(0), (2, 3))))
       ['wte.weight']

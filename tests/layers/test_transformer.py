@@ -1,15 +1,20 @@
 """TransformerBlock (GPT-2 and Llama styles) and Repeat."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import purelayers as pl
 from purelayers import layers as L
 from purelayers import params as P
 from purelayers.layers import Remat, Repeat, Sequential, TransformerBlock
-from purelayers.testing import gradcheck
-from tests.parity import check_parity, load_from_torch
+from tests import twins
+from tests.registry import CASES
+
+BY_ID = {c.id: c for c in CASES}
 
 TWELVE = [
     "ln1.weight",
@@ -27,56 +32,6 @@ TWELVE = [
 ]
 
 
-def torch_block(torch, e, h, *, kv=None, llama=False, hidden=None, act="gelu"):
-    """The block written directly in torch, with our names: ln1, attn.qkv, attn.out, ln2,
-    fc, proj (so the state_dict loads by name)."""
-    nn, F = torch.nn, torch.nn.functional
-    kv = kv or h
-    hd = e // h
-    hidden = hidden or 4 * e
-
-    def rope(x):  # x: (B, heads, T, hd), rotate-half
-        t = x.shape[-2]
-        inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
-        ang = torch.arange(t, dtype=torch.float32)[:, None] * inv[None, :]
-        ang = torch.cat([ang, ang], -1)
-        rot = torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1)
-        return x * ang.cos() + rot * ang.sin()
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            norm = (lambda: nn.RMSNorm(e, eps=1e-5)) if llama else (lambda: nn.LayerNorm(e))
-            self.ln1 = norm()
-            self.attn = nn.Module()
-            self.attn.qkv = nn.Linear(e, (h + 2 * kv) * hd, bias=not llama)
-            self.attn.out = nn.Linear(e, e, bias=not llama)
-            self.ln2 = norm()
-            self.fc = nn.Linear(e, hidden * (2 if llama else 1), bias=not llama)
-            self.proj = nn.Linear(hidden, e, bias=not llama)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            qkv = self.attn.qkv(self.ln1(x))
-            q, k, v = qkv.split([h * hd, kv * hd, kv * hd], -1)
-            q = q.reshape(b, t, h, hd).transpose(1, 2)
-            k = k.reshape(b, t, kv, hd).transpose(1, 2)
-            v = v.reshape(b, t, kv, hd).transpose(1, 2)
-            if llama:
-                q, k = rope(q), rope(k)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            x = x + self.attn.out(a.transpose(1, 2).reshape(b, t, e))
-            z = self.fc(self.ln2(x))
-            if llama:
-                gate, up = z.chunk(2, -1)
-                z = F.silu(gate) * up
-            else:
-                z = F.gelu(z, approximate="tanh" if act == "gelu_tanh" else "none")
-            return x + self.proj(z)
-
-    return Block()
-
-
 def test_twelve_names_in_order_and_872_scalars():
     block = TransformerBlock(2)
     params = block.init(jax.random.key(0), (3, 5, 8))
@@ -85,41 +40,26 @@ def test_twelve_names_in_order_and_872_scalars():
     assert list(P.flatten(block.ordered(jax.jit(lambda p: p)(params)))) == TWELVE
 
 
-@pytest.mark.parametrize("act", ["gelu", "gelu_tanh"])
-def test_gpt_block_matches_torch(torch, act):
-    module = torch_block(torch, 8, 2, act=act)
-    block = TransformerBlock(2, activation=act)
-    params = load_from_torch(block, module, (2, 5, 8))
+def test_gpt_block_with_tanh_gelu_matches_torch(torch):
+    """GPT-2's own activation (the registry's block uses the exact GELU)."""
+    module = twins.randomize(torch, twins.block(torch, 8, 2, act="gelu_tanh"))
     x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
-    check_parity(torch, module, block.apply, params, [x], rtol=1e-4, atol=1e-5)
-
-
-def test_llama_block_matches_torch(torch):
-    module = torch_block(torch, 16, 4, kv=2, llama=True, hidden=24)
-    block = TransformerBlock.llama(4, num_kv_heads=2, hidden_dim=24)
-    params = load_from_torch(block, module, (2, 5, 16))
-    assert list(P.flatten(params)) == [
-        "ln1.weight",
-        "attn.qkv.weight",
-        "attn.out.weight",
-        "ln2.weight",
-        "fc.weight",
-        "proj.weight",
-    ]
-    x = np.random.default_rng(1).standard_normal((2, 5, 16)).astype(np.float32)
-    check_parity(torch, module, block.apply, params, [x], rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("llama", [False, True])
-def test_block_gradcheck(llama):
-    block = (
-        TransformerBlock.llama(2, num_kv_heads=1, hidden_dim=3)
-        if llama
-        else TransformerBlock(2, mlp_ratio=1)
+    pl.testing.assert_matches_torch(
+        TransformerBlock(2, activation="gelu_tanh"), module, x, rtol=1e-4, atol=1e-5
     )
-    params = block.init(jax.random.key(0), (1, 3, 4))
-    x = jax.random.normal(jax.random.key(1), (1, 3, 4))
-    assert gradcheck(block.apply, params, x)
+
+
+def test_llama_constructor_is_the_registry_block():
+    """``TransformerBlock.llama`` is the registry's Llama block (checked against torch
+    there), with six names."""
+    block = TransformerBlock.llama(4, num_kv_heads=2, hidden_dim=24)
+    # (mlp_ratio is unused where hidden_dim is given)
+    assert block == dataclasses.replace(BY_ID["TransformerBlock-llama"].make(), mlp_ratio=8 / 3)
+    names = P.flatten(jax.eval_shape(lambda k: block.init(k, (2, 5, 16)), jax.random.key(0)))
+    assert sorted(names) == sorted(
+        ["ln1.weight", "attn.qkv.weight", "attn.out.weight", "ln2.weight", "fc.weight",
+         "proj.weight"]
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("llama", [False, True])
@@ -173,41 +113,43 @@ def test_block_errors():
 
 
 def test_repeat_equals_unrolled_sequential():
+    """Same init, outputs (eval and train with a key) and gradients (with ``remat``) as
+    the unrolled ``Sequential``: one compiled program."""
     block = TransformerBlock(2, dropout=0.1)
     rep, seq = Repeat(block, 2), Sequential(block, block)
-    params = rep.init(jax.random.key(0), (2, 4, 8))
-    unrolled = seq.init(jax.random.key(0), (2, 4, 8))
+    x = jax.random.normal(jax.random.key(1), (2, 4, 8))
+    key = jax.random.key(3)
+
+    def loss(m):
+        return lambda p: jnp.sum(m.apply(p, x) ** 2)
+
+    @jax.jit
+    def program(init_key):
+        params, unrolled = rep.init(init_key, x.shape), seq.init(init_key, x.shape)
+        return (
+            params,
+            unrolled,
+            (rep.apply(params, x), seq.apply(unrolled, x)),
+            (
+                rep.apply(params, x, train=True, key=key),
+                seq.apply(unrolled, x, train=True, key=key),
+            ),
+            (jax.grad(loss(Repeat(block, 2, remat=True)))(params), jax.grad(loss(seq))(unrolled)),
+        )
+
+    params, unrolled, *pairs = program(jax.random.key(0))
+    params, unrolled = rep.ordered(params), seq.ordered(unrolled)
     # Stacked storage, per-block names: flattened, both are the same checkpoint.
     assert isinstance(params, P.Stacked) and params.tree["ln1"]["weight"].shape == (2, 8)
     assert list(P.flatten(params)) == list(P.flatten(unrolled))
     jax.tree.map(np.testing.assert_array_equal, P.flatten(params), P.flatten(unrolled))
     assert list(P.flatten(params))[:2] == ["0.ln1.weight", "0.ln1.bias"]
     assert list(P.flatten(params))[-1] == "1.proj.bias"
-    x = jax.random.normal(jax.random.key(1), (2, 4, 8))
-    np.testing.assert_allclose(rep.apply(params, x), seq.apply(unrolled, x), rtol=1e-5, atol=1e-6)
-    key = jax.random.key(3)
-    np.testing.assert_allclose(
-        rep.apply(params, x, train=True, key=key),
-        seq.apply(unrolled, x, train=True, key=key),
-        rtol=1e-5,
-        atol=1e-6,
-    )
-    loss = lambda m: lambda p: jnp.sum(m.apply(p, x) ** 2)  # noqa: E731
-    g_rep = jax.jit(jax.grad(loss(Repeat(block, 2, remat=True))))(params)
-    g_seq = jax.jit(jax.grad(loss(seq)))(unrolled)
-    jax.tree.map(
-        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
-        P.flatten(g_rep),
-        P.flatten(g_seq),
-    )
-
-
-def test_repeat_loads_torch_sequential_of_blocks(torch):
-    module = torch.nn.Sequential(*[torch_block(torch, 8, 2) for _ in range(3)])
-    rep = Repeat(TransformerBlock(2), 3)
-    params = load_from_torch(rep, module, (2, 5, 8))
-    x = np.random.default_rng(2).standard_normal((2, 5, 8)).astype(np.float32)
-    check_parity(torch, module, rep.apply, params, [x], rtol=1e-4, atol=1e-5)
+    (y_rep, y_seq), (t_rep, t_seq), (g_rep, g_seq) = pairs
+    np.testing.assert_allclose(y_rep, y_seq, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t_rep, t_seq, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(t_rep, y_rep)  # dropout did act in train mode
+    pl.testing.assert_tree_allclose(g_rep, seq.ordered(g_seq), rtol=1e-4, atol=1e-6)
 
 
 def test_repeat_cached_decoding():
@@ -267,8 +209,9 @@ def test_remat_block_same_names_outputs_and_gradients():
     block = TransformerBlock(2, dropout=0.1)
     plain = Sequential(*[block] * 2)
     remat = Sequential(*[Remat(block)] * 2)
-    params = plain.init(jax.random.key(0), (2, 6, 8))
-    assert list(P.flatten(remat.init(jax.random.key(0), (2, 6, 8)))) == list(P.flatten(params))
+    params = plain.ordered(jax.jit(plain.init, static_argnums=1)(jax.random.key(0), (2, 6, 8)))
+    abstract = jax.eval_shape(lambda k: remat.init(k, (2, 6, 8)), jax.random.key(0))
+    assert list(P.flatten(remat.ordered(abstract))) == list(P.flatten(params))
     assert list(remat.ordered(dict(sorted(params.items())))) == list(params)
     x = jax.random.normal(jax.random.key(1), (2, 6, 8))
     key = jax.random.key(3)
@@ -276,14 +219,13 @@ def test_remat_block_same_names_outputs_and_gradients():
     def loss(model):
         return lambda p: jnp.sum(model.apply(p, x, train=True, key=key) ** 2)
 
-    np.testing.assert_array_equal(jax.jit(loss(remat))(params), jax.jit(loss(plain))(params))
-    g_remat, g_plain = (
-        jax.jit(jax.grad(loss(remat)))(params),
-        jax.jit(jax.grad(loss(plain)))(params),
-    )
-    jax.tree.map(
-        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), g_remat, g_plain
-    )
+    @jax.jit
+    def program(params):
+        return [(loss(m)(params), jax.grad(loss(m))(params)) for m in (remat, plain)]
+
+    (l_remat, g_remat), (l_plain, g_plain) = program(params)
+    np.testing.assert_array_equal(l_remat, l_plain)
+    pl.testing.assert_tree_allclose(g_remat, g_plain, rtol=1e-4, atol=1e-4)
 
     def checkpoints(model):
         eqns = jax.make_jaxpr(jax.grad(loss(model)))(params).eqns
