@@ -98,6 +98,7 @@ CASES = [
     Case("Dropout", lambda: L.Dropout(0.2), (4, 5), (4, 5), lambda t: t.nn.Dropout(0.2)),
     # activations
     _act("ReLU", L.ReLU, "ReLU"),
+    _act("ReLU6", L.ReLU6, "ReLU6"),
     _act("LeakyReLU", L.LeakyReLU, "LeakyReLU"),
     _act("LeakyReLU-0.2", lambda: L.LeakyReLU(0.2), lambda t: t.nn.LeakyReLU(0.2)),
     _act("ELU", L.ELU, "ELU"),

@@ -37,6 +37,7 @@ __all__ = [
     "LogSoftmax",
     "PReLU",
     "ReLU",
+    "ReLU6",
     "SiLU",
     "Sigmoid",
     "Softmax",
@@ -52,6 +53,7 @@ __all__ = [
     "log_softmax",
     "prelu",
     "relu",
+    "relu6",
     "selu",
     "sigmoid",
     "silu",
@@ -69,6 +71,11 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 def relu(x: jax.Array) -> jax.Array:
     """``max(x, 0)``; gradient 0 at 0 (``torch.relu``)."""
     return jnp.where(x > 0, x, jnp.zeros_like(x))
+
+
+def relu6(x: jax.Array) -> jax.Array:
+    """``min(max(x, 0), 6)``; gradient 0 at both kinks and NaN kept (``torch.nn.functional.relu6``)."""
+    return jnp.where(x >= 6, jnp.full_like(x, 6), jnp.where(x <= 0, jnp.zeros_like(x), x))
 
 
 def leaky_relu(x: jax.Array, negative_slope: float = 0.01) -> jax.Array:
@@ -182,6 +189,14 @@ class ReLU(_Activation):
 
     def function(self, x):
         return relu(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReLU6(_Activation):
+    """``min(max(x, 0), 6)``, MobileNet's activation. Matches ``torch.nn.ReLU6``."""
+
+    def function(self, x):
+        return relu6(x)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,14 @@ def test_kink_gradients_by_hand():
     assert np.isclose(g(L.hard_sigmoid)(1.0), 1 / 6)
 
 
+def test_relu6_worked_example():
+    """relu6([-1, 0, 3, 6, 7]) = [0, 0, 3, 6, 6]; its gradient is 1 strictly inside
+    (0, 6) and 0 elsewhere, the kinks included (torch's hardtanh backward)."""
+    x = jnp.array([-1.0, 0.0, 3.0, 6.0, 7.0])
+    np.testing.assert_array_equal(L.ReLU6().apply({}, x), [0.0, 0.0, 3.0, 6.0, 6.0])
+    np.testing.assert_array_equal(jax.grad(lambda v: L.relu6(v).sum())(x), [0, 0, 1, 0, 0])
+
+
 def test_no_nan_gradient_from_unused_branches():
     big = jnp.array([100.0, 1000.0])
     for fn in (L.elu, L.selu, L.softplus, lambda v: L.softplus(v, 2.0, 5.0)):
