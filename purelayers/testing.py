@@ -243,7 +243,8 @@ def assert_matches_torch(
         train=True)``; batch statistics, no dropout unless given a key).
       rtol / atol: the tolerance, ``|ours - torch| <= atol + rtol * |torch|``.
       grads: also compare derivatives. Default ``True``.
-      seed: seeds the cotangent and the tangents.
+      seed: seeds the cotangent and the tangents (a stream of their own: inputs drawn
+        from ``np.random.default_rng(seed)`` are not reused as cotangents).
       apply_kwargs: passed to ``layer.apply``.
 
     Returns:
@@ -293,7 +294,8 @@ def assert_matches_torch(
         for i, x in enumerate(inputs)
     ]
     t_out = _torch_leaves(torch_call(module, *tensors) if torch_call else module(*tensors))
-    rng = np.random.default_rng(seed)
+    # a stream of its own: inputs drawn from default_rng(seed) never double as cotangents
+    rng = np.random.default_rng([seed, 0x636F74])
     cots = [rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in t_out]
 
     def fn(p, *xs):

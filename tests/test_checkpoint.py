@@ -32,7 +32,6 @@ from purelayers.params import (
     summary,
     unflatten,
 )
-from tests.parity import check_parity
 
 st = pytest.importorskip("safetensors.torch")
 
@@ -87,7 +86,7 @@ def test_mlp_torch_file_loads_into_purelayers_with_equal_outputs_and_gradients(t
     template = model.init(jax.random.key(0), (2, 4))
     params = load_into(tmp_path / "torch.safetensors", template)
     assert not np.array_equal(params["0"]["weight"], template["0"]["weight"])
-    check_parity(torch, module, model.apply, params, [_x(5, 4)])
+    pl.testing.assert_matches_torch(model, module, _x(5, 4), params=params)
 
 
 def test_load_lists_names_in_torch_order_and_keeps_values(mlp_file, torch):
@@ -660,7 +659,9 @@ def test_torch_multihead_attention_checkpoints_cross_through_the_name_map(torch,
         return ours(unflatten(rename(flatten(p), TORCH_MHA_TO_PURELAYERS)), x)
 
     torch_named = unflatten(rename(flatten(params), PURELAYERS_TO_TORCH_MHA))
-    check_parity(torch, module, under_torch_names, torch_named, [x], torch_fn=call)
+    pl.testing.assert_matches_torch(
+        layer, module, x, params=torch_named, apply=under_torch_names, torch_call=call
+    )
 
     mine = {"attn": layer.init(jax.random.key(3), x.shape)}
     path = save(
@@ -710,7 +711,8 @@ def _round_trip(torch, tmp_path, layer, make_module, shape, x, *, apply=None, ca
     Ours to torch: ``save`` then ``module.load_state_dict(load_file(path), strict=True)``
     with every dtype as torch's own, and equal outputs. Torch to ours: a differently
     initialized module's ``save_file`` then ``load_into`` gives equal outputs and
-    gradients (``check_parity``). ``apply(params, state, x)`` runs our model in eval mode.
+    gradients (``pl.testing.assert_matches_torch``). ``apply(params, state, x)`` runs our
+    model in eval mode.
     """
     apply = jax.jit(
         apply or (lambda p, s, x: layer.apply(p, x, state=s)[0] if s else layer.apply(p, x))
@@ -743,8 +745,15 @@ def _round_trip(torch, tmp_path, layer, make_module, shape, x, *, apply=None, ca
     assert not np.array_equal(
         flatten(p2)[next(iter(flatten(p2)))], next(iter(flatten(params).values()))
     )
-    check_parity(
-        torch, other, lambda p, x: apply(p, s2, x), p2, [x], torch_fn=call, rtol=tol, atol=tol
+    pl.testing.assert_matches_torch(
+        layer,
+        other,
+        x,
+        params=p2,
+        apply=lambda p, x: apply(p, s2, x),
+        torch_call=call,
+        rtol=tol,
+        atol=tol,
     )
     return p2, s2
 

@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import purelayers as pl
 from purelayers import layers as L
 from purelayers import params as P
-from tests.layers.test_transformer import torch_block
-from tests.parity import check_parity, load_from_torch
+from tests import twins
+from tests.twins import load_from_torch
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 
@@ -89,12 +90,14 @@ def test_named_sequential_cnn_matches_torch(torch):
     # eval mode: running statistics, outputs and gradients (input + every parameter)
     tm_eval = copy.deepcopy(tm).eval()
     evaluate = jax.jit(lambda p, x: model.apply(p, x, state=state)[0])
-    check_parity(torch, tm_eval, evaluate, params, [x], **TOL)
+    pl.testing.assert_matches_torch(model, tm_eval, x, params=params, apply=evaluate, **TOL)
 
     # train mode: batch statistics; the updated buffers after one step equal torch's
     tm_train = copy.deepcopy(tm).train()
     step = jax.jit(lambda p, x: model.apply(p, x, state=state, train=True))
-    check_parity(torch, tm_train, lambda p, x: step(p, x)[0], params, [x], **TOL)
+    pl.testing.assert_matches_torch(
+        model, tm_train, x, params=params, apply=lambda p, x: step(p, x)[0], train=True, **TOL
+    )
     _, new_state = step(params, jnp.asarray(x))  # one torch forward above: one update
     assert int(P.flatten(new_state)["bn.num_batches_tracked"]) == 4
     _assert_buffers_equal(model.ordered(new_state), tm_train)  # jit sorts dict keys
@@ -121,7 +124,7 @@ def _torch_tied_lm(torch, seed=0):
         def __init__(self):
             super().__init__()
             self.wte = nn.Embedding(V, E)
-            self.block = torch_block(torch, E, 2)
+            self.block = twins.block(torch, E, 2)
             self.lm_head = nn.Linear(E, V, bias=False)
             self.lm_head.weight = self.wte.weight
 
@@ -161,7 +164,7 @@ def test_tied_lm_matches_torch_and_loads_with_or_without_alias(torch):
     # logits, and gradients: wte.weight's is the sum over both uses (torch's .grad of the
     # shared Parameter); named_parameters() lists the tied weight once, as our tree does
     assert "lm_head.weight" not in dict(tm.named_parameters())
-    check_parity(torch, tm, jax.jit(lm.apply), params, [_ids()], **TOL)
+    pl.testing.assert_matches_torch(lm, tm, _ids(), params=params, apply=jax.jit(lm.apply), **TOL)
 
     # one optax adam step equals one torch Adam step: the tied array moves once
     optax = pytest.importorskip("optax")
@@ -302,11 +305,13 @@ def test_repeat_equals_unrolled_sequential_prefill_and_decode():
 
 
 def test_repeat_loads_torch_sequential_of_blocks(torch):
-    tm = _randomize(torch, torch.nn.Sequential(*[torch_block(torch, 8, 2) for _ in range(3)]))
+    tm = _randomize(torch, torch.nn.Sequential(*[twins.block(torch, 8, 2) for _ in range(3)]))
     rep = L.Repeat(L.TransformerBlock(2), 3)
     params = load_from_torch(rep, tm, (2, 5, 8))  # asserts names and order equal torch's
     assert list(P.flatten(params))[12] == "1.ln1.weight"
-    check_parity(torch, tm, jax.jit(rep.apply), params, [_rand(4, 2, 5, 8)], **TOL)
+    pl.testing.assert_matches_torch(
+        rep, tm, _rand(4, 2, 5, 8), params=params, apply=jax.jit(rep.apply), **TOL
+    )
 
 
 def test_repeat_with_buffers_matches_torch_in_train_mode(torch):
@@ -324,7 +329,9 @@ def test_repeat_with_buffers_matches_torch_in_train_mode(torch):
     x = _rand(5, *shape)
     tm.train()
     step = jax.jit(lambda p, x: rep.apply(p, x, state=state, train=True))
-    check_parity(torch, tm, lambda p, x: step(p, x)[0], params, [x], **TOL)
+    pl.testing.assert_matches_torch(
+        rep, tm, x, params=params, apply=lambda p, x: step(p, x)[0], train=True, **TOL
+    )
     _, new_state = step(params, jnp.asarray(x))
     assert isinstance(new_state, P.Stacked)
     _assert_buffers_equal(rep.ordered(new_state), tm)  # jit sorts dict keys
@@ -441,7 +448,9 @@ def test_attention_gqa_rope_matches_torch_sdpa(torch, kind):
         assert "o_proj.bias" not in P.flatten(params)
         assert params["q_proj"]["weight"].shape == (AH * 6, AE)
     assert len(P.flatten(params)) == len(dict(tm.named_parameters()))
-    check_parity(torch, tm, jax.jit(layer.apply), params, [_rand(8, 2, AT, AE)], **TOL)
+    pl.testing.assert_matches_torch(
+        layer, tm, _rand(8, 2, AT, AE), params=params, apply=jax.jit(layer.apply), **TOL
+    )
 
 
 def test_inproj_attention_loads_torch_multihead_attention_by_name(torch):
@@ -454,8 +463,14 @@ def test_inproj_attention_loads_torch_multihead_attention_by_name(torch):
     def torch_fn(m, x):
         return m(x, x, x, attn_mask=forbid, need_weights=False)[0]
 
-    check_parity(
-        torch, mha, jax.jit(layer.apply), params, [_rand(9, 2, AT, AE)], torch_fn=torch_fn, **TOL
+    pl.testing.assert_matches_torch(
+        layer,
+        mha,
+        _rand(9, 2, AT, AE),
+        params=params,
+        apply=jax.jit(layer.apply),
+        torch_call=torch_fn,
+        **TOL,
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import purelayers as pl
 from purelayers import params as P
 from purelayers.layers import (
     Conv1d,
@@ -25,8 +26,7 @@ from purelayers.layers import (
     Sequential,
 )
 from purelayers.testing import assert_tree_allclose, gradcheck
-from tests.layers._jit_parity import assert_jit_parity
-from tests.parity import check_parity, load_from_torch
+from tests.twins import load_from_torch
 
 _OWN_ARGS = ("out_channels", "kernel_size", "weight_init", "bias_init")
 
@@ -49,23 +49,16 @@ def assert_parity(torch, layer, shape, *, seed=0, **apply_kwargs):
     module = torch_twin(torch, layer, shape[-layer._nd - 1])
     params = load_from_torch(layer, module, shape)
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    assert_jit_parity(
-        torch,
+    pl.testing.assert_matches_torch(
+        layer,
         module,
-        lambda p, x: layer.apply(p, x, **apply_kwargs),
-        params,
         x,
-        torch_fn=lambda m, x: m(x, **apply_kwargs),
+        params=params,
+        apply=lambda p, x: layer.apply(p, x, **apply_kwargs),
+        torch_call=lambda m, x: m(x, **apply_kwargs),
+        rtol=1e-4,
+        atol=1e-5,
     )
-
-
-def test_parity_helper_agrees_with_check_parity(torch):
-    """The one-compilation helper above against the suite's ``check_parity``."""
-    layer = Conv2d(4, 3, stride=2, padding=1, groups=2)
-    module = torch_twin(torch, layer, 2)
-    params = load_from_torch(layer, module, (2, 2, 6, 5))
-    x = np.random.default_rng(0).standard_normal((2, 2, 6, 5)).astype(np.float32)
-    check_parity(torch, module, layer.apply, params, [x], rtol=1e-4, atol=1e-5)
 
 
 def test_worked_example_mnist_shape():

@@ -10,7 +10,7 @@ import pytest
 import purelayers as pl
 from purelayers import layers as L
 from tests.composites import Residual
-from tests.parity import check_parity, load_from_torch
+from tests.twins import load_from_torch
 
 
 def mlp():
@@ -37,7 +37,7 @@ def test_torch_mlp_parity(torch):
     params = load_from_torch(model, module, (4, 784))  # names and order equal torch's
     assert list(pl.params.flatten(params)) == list(module.state_dict())
     x = np.random.default_rng(0).standard_normal((4, 784)).astype(np.float32)
-    check_parity(torch, module, model.apply, params, [x], rtol=1e-5, atol=1e-5)
+    pl.testing.assert_matches_torch(model, module, x, params=params, rtol=1e-5, atol=1e-5)
 
 
 def test_parameter_free_layers_do_not_shift_weights():
@@ -206,7 +206,7 @@ def test_custom_composite(torch):
     module = torch.nn.Sequential(torch.nn.Linear(5, 4), TorchResidual(), torch.nn.Linear(4, 2))
     params = load_from_torch(model, module, (3, 5))
     x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
-    check_parity(torch, module, model.apply, params, [x])
+    pl.testing.assert_matches_torch(model, module, x, params=params)
     with pytest.raises(ValueError, match=r"^Sequential\[1\.body\.0\] Linear: input last axis"):
         bad = dict(params)
         bad["1"] = {"body": {**params["1"]["body"], "0": {"weight": jnp.ones((8, 3))}}}

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from jax.experimental import checkify
 
+import purelayers as pl
 from purelayers import layers as L
 from purelayers.init import constant
 from purelayers.params import flatten
 from purelayers.testing import gradcheck
-from tests.parity import check_parity, load_from_torch
+from tests.twins import load_from_torch
 
 
 def test_lookup_worked_example():
@@ -83,7 +84,7 @@ def test_torch_parity(torch, padding_idx):
     module = torch.nn.Embedding(6, 4, padding_idx=padding_idx)
     ids = np.array([[2, 5, 2, 0], [5, 5, 1, 2]], np.int64)
     params = load_from_torch(emb, module, ids.shape)
-    check_parity(torch, module, emb.apply, params, [ids], rtol=1e-4, atol=1e-6)
+    pl.testing.assert_matches_torch(emb, module, ids, params=params, rtol=1e-4, atol=1e-6)
 
 
 def test_padding_row_gets_zero_gradient_and_repeats_accumulate():

@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import purelayers as pl
 from purelayers import layers as L
 from purelayers.init import constant
 from purelayers.params import flatten, unflatten
 from purelayers.testing import assert_tree_allclose, gradcheck
-from tests.parity import check_parity, load_from_torch
+from tests.twins import load_from_torch
 
 
 def _x(*shape, shift=0.0, seed=0):
@@ -126,7 +127,9 @@ def test_layer_norm_torch_parity(torch, kwargs, torch_kwargs, shape):
     nd = kwargs.get("normalized_ndim", 1)
     module = _torch_randomize(torch, torch.nn.LayerNorm(shape[-nd:], **torch_kwargs))
     params = load_from_torch(ln, module, shape)
-    check_parity(torch, module, ln.apply, params, [_x(*shape, shift=2.0)], rtol=1e-4, atol=1e-5)
+    pl.testing.assert_matches_torch(
+        ln, module, _x(*shape, shift=2.0), params=params, rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -142,7 +145,7 @@ def test_rms_norm_torch_parity(torch, kwargs, torch_kwargs, shape):
     nd = kwargs.get("normalized_ndim", 1)
     module = _torch_randomize(torch, torch.nn.RMSNorm(shape[-nd:], **torch_kwargs))
     params = load_from_torch(rms, module, shape)
-    check_parity(torch, module, rms.apply, params, [_x(*shape)], rtol=1e-4, atol=1e-5)
+    pl.testing.assert_matches_torch(rms, module, _x(*shape), params=params, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["shift 1000", "outlier first", "outlier first, shift"])
@@ -302,7 +305,9 @@ def test_group_norm_torch_parity(torch, groups, shape, affine):
     gn = L.GroupNorm(groups, affine=affine)
     module = _torch_randomize(torch, torch.nn.GroupNorm(groups, shape[1], affine=affine))
     params = load_from_torch(gn, module, shape)
-    check_parity(torch, module, gn.apply, params, [_x(*shape, shift=1.0)], rtol=1e-4, atol=1e-5)
+    pl.testing.assert_matches_torch(
+        gn, module, _x(*shape, shift=1.0), params=params, rtol=1e-4, atol=1e-5
+    )
 
 
 @settings(max_examples=6, deadline=None)
@@ -413,22 +418,29 @@ def test_batch_norm_three_train_steps_then_eval_match_torch(
     for i in range(3):
         x = _x(*shape, shift=float(i), seed=i)
         module.zero_grad()
-        check_parity(
-            torch,
+        pl.testing.assert_matches_torch(
+            bn,
             module,
-            lambda p, x, s=state: bn.apply(p, x, state=s, train=True)[0],
-            params,
-            [x],
+            x,
+            params=params,
+            apply=lambda p, x, s=state: bn.apply(p, x, state=s, train=True)[0],
+            train=True,
             rtol=1e-4,
             atol=1e-5,
         )
         _, state = step(params, jnp.asarray(x), state)
         assert_tree_allclose(state, _buffers(torch, module), rtol=1e-5, atol=1e-6)
         assert int(state["num_batches_tracked"]) == i + 1
-    module.eval()
     module.zero_grad()
     x = _x(*shape, shift=0.5, seed=3)
-    check_parity(torch, module, lambda p, x: bn.apply(p, x, state=state)[0], params, [x], rtol=1e-4)
+    pl.testing.assert_matches_torch(
+        bn,
+        module,
+        x,
+        params=params,
+        apply=lambda p, x: bn.apply(p, x, state=state)[0],
+        rtol=1e-4,
+    )
     _, same = bn.apply(params, jnp.asarray(x), state=state)
     assert_tree_allclose(same, state, rtol=0, atol=0)
 
@@ -460,10 +472,18 @@ def test_batch_norm_without_running_stats_matches_torch_in_both_modes(torch, aff
     params = load_from_torch(bn, module, shape)
     x = _x(*shape, shift=1.0)
     for train in (True, False):
-        module.train(train)
         module.zero_grad()
         fn = lambda p, x, train=train: bn.apply(p, x, train=train)  # noqa: E731
-        check_parity(torch, module, fn, params, [x], rtol=1e-4, atol=1e-5)
+        pl.testing.assert_matches_torch(
+            bn,
+            module,
+            x,
+            params=params,
+            apply=fn,
+            train=train,
+            rtol=1e-4,
+            atol=1e-5,
+        )
     _, state = bn.apply(params, jnp.asarray(x), state={}, train=True)
     assert state == {}
 
@@ -476,7 +496,14 @@ def test_batch_norm_without_affine_matches_torch(torch):
     assert params == {}
     assert list(flatten(bn.ordered(state))) == list(module.state_dict())
     x = _x(*shape)
-    check_parity(torch, module, lambda p, x: bn.apply(p, x, state=state, train=True)[0], {}, [x])
+    pl.testing.assert_matches_torch(
+        bn,
+        module,
+        x,
+        params={},
+        apply=lambda p, x: bn.apply(p, x, state=state, train=True)[0],
+        train=True,
+    )
     _, state = bn.apply(params, jnp.asarray(x), state=state, train=True)
     assert_tree_allclose(state, _buffers(torch, module))
 
