@@ -266,6 +266,7 @@ def assert_matches_torch(
 
     torch = _torch_of(module)
     module = module.train(train)
+    module.zero_grad(set_to_none=True)  # a module checked before holds gradients
     inputs = tuple(np.asarray(x) for x in inputs)
     named = dict(module.named_parameters())
     shape, dtype = inputs[0].shape, inputs[0].dtype

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from purelayers import params as P
-from purelayers.layers import MultiHeadAttention, causal_mask, rotary_embedding
+from purelayers.layers import Lambda, MultiHeadAttention, causal_mask, rotary_embedding
 from purelayers.layers import scaled_dot_product_attention as sdpa
 from purelayers.layers.attention import _attend_explicit
-from purelayers.testing import gradcheck
+from purelayers.testing import assert_matches_torch, gradcheck
 
 RTOL = ATOL = 1e-5
 
@@ -20,22 +20,14 @@ def _rand(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def _torch_grads_match(torch, t_fn, j_fn, inputs, *, rtol=RTOL, atol=ATOL):
-    """Outputs and gradients w.r.t. every floating input of ``t_fn`` and ``j_fn`` agree."""
-    ts = [torch.tensor(x, requires_grad=x.dtype == np.float32) for x in inputs]
-    t_out = t_fn(*ts)
-    j_out = j_fn(*[jnp.asarray(x) for x in inputs])
-    np.testing.assert_allclose(np.asarray(j_out), t_out.detach().numpy(), rtol=rtol, atol=atol)
-    cot = np.random.default_rng(1).standard_normal(j_out.shape).astype(np.float32)
-    (t_out * torch.tensor(cot)).sum().backward()
-    idx = [i for i, x in enumerate(inputs) if x.dtype == np.float32]
-    grads = jax.grad(lambda *xs: jnp.sum(j_fn(*xs) * cot), argnums=tuple(idx))(
-        *[jnp.asarray(x) for x in inputs]
-    )
-    for g, i in zip(grads, idx, strict=True):
-        np.testing.assert_allclose(
-            np.asarray(g), ts[i].grad.numpy(), rtol=rtol, atol=atol, err_msg=f"input {i}"
-        )
+def _torch_function(torch, fn):
+    """``fn`` as a parameter-free ``torch.nn.Module``, for ``assert_matches_torch``."""
+
+    class TorchFunction(torch.nn.Module):
+        def forward(self, *xs):
+            return fn(*xs)
+
+    return TorchFunction()
 
 
 # -- causal_mask -------------------------------------------------------------------------
@@ -81,15 +73,24 @@ def test_sdpa_matches_torch(torch, case):
     def t_fn(q, k, v, *m):
         return F.scaled_dot_product_attention(q, k, v, *m, **t_kw)
 
-    def j_fn(q, k, v, *m):
-        if case == "bias":
-            return sdpa(q, k, v, bias=m[0], **j_kw)
-        return sdpa(q, k, v, mask=m[0] if m else j_kw.pop("mask", None), **j_kw)
+    def j_fn(params, q, k, v, *m):  # the float mask or bias is an input, differentiated
+        kw = dict(j_kw)
+        if m:
+            kw["bias" if case == "bias" else "mask"] = m[0]
+        return sdpa(q, k, v, **kw)
 
-    if case == "bool":
-        _torch_grads_match(torch, t_fn, lambda q, k, v: sdpa(q, k, v, **j_kw), [q, k, v])
-    else:
-        _torch_grads_match(torch, t_fn, j_fn, [q, k, v, *extra])
+    assert_matches_torch(
+        Lambda(sdpa),  # names the JAX side in messages; `apply` runs it
+        _torch_function(torch, t_fn),
+        q,
+        k,
+        v,
+        *extra,
+        params={},
+        apply=j_fn,
+        rtol=RTOL,
+        atol=ATOL,
+    )
 
 
 def test_sdpa_unbatched_and_several_batch_axes(torch):
@@ -266,6 +267,24 @@ def _from_torch_mha(layer, mha, shape):
     return P.load_state_dict(template, renamed)
 
 
+def _named_like_ours(torch, mha):
+    """``mha`` with its parameters listed under our names (``TORCH_MHA_TO_PURELAYERS``),
+    so ``assert_matches_torch`` pairs torch's gradients with ours by name; their
+    gradients are cleared first. ``torch_call`` runs ``m.mha``."""
+
+    class NamedLikeOurs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = mha
+
+        def named_parameters(self, *args, **kwargs):
+            named = dict(self.mha.named_parameters(*args, **kwargs))
+            return iter(P.rename(named, P.TORCH_MHA_TO_PURELAYERS).items())
+
+    mha.zero_grad(set_to_none=True)
+    return NamedLikeOurs()
+
+
 @pytest.mark.parametrize(("bias", "causal"), [(True, False), (False, True)])
 def test_mha_matches_torch(torch, bias, causal):
     mha = torch.nn.MultiheadAttention(8, 2, bias=bias, batch_first=True)
@@ -274,13 +293,14 @@ def test_mha_matches_torch(torch, bias, causal):
     x = _rand(np.random.default_rng(8), 2, 5, 8)
     # torch MHA's boolean attn_mask is True where attention is *not* allowed.
     t_mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1) if causal else None
-    _check_mha_parity(
-        torch,
-        mha,
-        lambda x: mha(x, x, x, attn_mask=t_mask, need_weights=False)[0],
-        lambda p, x: layer.apply(p, x),
-        params,
-        [x],
+    assert_matches_torch(
+        layer,
+        _named_like_ours(torch, mha),
+        x,
+        params=params,
+        torch_call=lambda m, x: m.mha(x, x, x, attn_mask=t_mask, need_weights=False)[0],
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
@@ -292,40 +312,33 @@ def test_mha_cross_attention_and_masks_match_torch(torch):
     x, c = _rand(rng, 2, 3, 8), _rand(rng, 2, 6, 8)
     pad = np.zeros((2, 6), bool)
     pad[0, 4:] = True
-    _check_mha_parity(
-        torch,
-        mha,
-        lambda x, c: mha(x, c, c, key_padding_mask=torch.tensor(pad), need_weights=False)[0],
-        lambda p, x, c: layer.apply(p, x, context=c, mask=~pad[:, None, None, :]),
-        params,
-        [x, c],
+    assert_matches_torch(
+        layer,
+        _named_like_ours(torch, mha),
+        x,
+        c,
+        params=params,
+        apply=lambda p, x, c: layer.apply(p, x, context=c, mask=~pad[:, None, None, :]),
+        torch_call=lambda m, x, c: m.mha(
+            x, c, c, key_padding_mask=torch.tensor(pad), need_weights=False
+        )[0],
+        rtol=1e-5,
+        atol=1e-5,
     )
     fm = _rand(rng, 3, 6)
-    _check_mha_parity(
-        torch,
-        mha,
-        lambda x, c: mha(x, c, c, attn_mask=torch.tensor(fm), need_weights=False)[0],
-        lambda p, x, c: layer.apply(p, x, context=c, mask=fm),
-        params,
-        [x, c],
+    assert_matches_torch(
+        layer,
+        _named_like_ours(torch, mha),
+        x,
+        c,
+        params=params,
+        apply=lambda p, x, c: layer.apply(p, x, context=c, mask=fm),
+        torch_call=lambda m, x, c: m.mha(x, c, c, attn_mask=torch.tensor(fm), need_weights=False)[
+            0
+        ],
+        rtol=1e-5,
+        atol=1e-5,
     )
-
-
-def _check_mha_parity(torch, mha, t_fn, j_fn, params, inputs):
-    mha.zero_grad(set_to_none=True)
-    ts = [torch.tensor(x, requires_grad=True) for x in inputs]
-    t_out = t_fn(*ts)
-    np.testing.assert_allclose(j_fn(params, *inputs), t_out.detach().numpy(), rtol=1e-5, atol=1e-5)
-    cot = np.random.default_rng(1).standard_normal(t_out.shape).astype(np.float32)
-    (t_out * torch.tensor(cot)).sum().backward()
-    grads = jax.grad(lambda p, *xs: jnp.sum(j_fn(p, *xs) * cot), tuple(range(len(ts) + 1)))(
-        params, *inputs
-    )
-    t_grads = P.rename({k: p.grad for k, p in mha.named_parameters()}, P.TORCH_MHA_TO_PURELAYERS)
-    for name, g in P.flatten(grads[0]).items():
-        np.testing.assert_allclose(g, t_grads[name].numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
-    for g, t in zip(grads[1:], ts, strict=True):
-        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_mha_params_names_shapes_and_init():

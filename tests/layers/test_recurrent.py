@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import purelayers as pl
 from purelayers import layers as L
-from tests.parity import load_from_torch
 
 IN, H, T, B = 3, 4, 5, 2
 
@@ -28,54 +27,28 @@ def _randn(shape, seed=0):
     return _rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _to_torch(torch, tree):
-    if tree is None:
-        return None
-    if isinstance(tree, (tuple, list)):
-        return tuple(_to_torch(torch, t) for t in tree)
-    return torch.tensor(tree, requires_grad=True)
-
-
-def _torch_leaves(out):
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _torch_leaves(o)]
-    return [out]
-
-
-def _parity(torch, module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, **apply_kw):
-    """Outputs, and gradients (for a random cotangent) w.r.t. x, hx and every parameter,
-    equal torch's.
+def _parity(module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, **kw):
+    """``pl.testing.assert_matches_torch`` with the initial state ``hx`` (``None``, ``h``
+    or ``(h, c)``) passed as separate inputs, so its leaves are differentiated too: the
+    outputs and final states, and the gradients w.r.t. ``x``, ``hx`` and every parameter
+    (and forward mode against reverse mode), equal torch's.
 
     The JAX side runs op by op (``disable_jit``): the scan becomes a Python loop whose
     small primitives compile once for the whole file, where a jitted program per flag
     combination would compile anew each time. ``jit`` itself is tested separately."""
-    params = load_from_torch(layer, module, x.shape)
-    xt, hxt = _to_torch(torch, x), _to_torch(torch, hx)
-    t_out = _torch_leaves(module(xt) if hx is None else module(xt, hxt))
-    cots = [_randn(tuple(t.shape), seed=i + 1) for i, t in enumerate(t_out)]
-    sum((t * torch.tensor(c)).sum() for t, c in zip(t_out, cots, strict=True)).backward()
-
-    def run(params, x, hx, cots):
-        def f(params, x, hx):
-            return jax.tree.leaves(layer.apply(params, x, hx, **apply_kw))
-
-        outs, vjp = jax.vjp(f, params, x, hx)
-        return outs, vjp(cots)
-
+    hs, tree = jax.tree.flatten(hx)
     with jax.disable_jit():
-        j_out, (g_params, g_x, g_hx) = run(params, x, hx, cots)
-    assert len(j_out) == len(t_out)
-    for i, (j, t) in enumerate(zip(j_out, t_out, strict=True)):
-        assert j.shape == tuple(t.shape), f"output {i}"
-        np.testing.assert_allclose(j, t.detach().numpy(), rtol=rtol, atol=atol, err_msg=f"out {i}")
-    named = dict(module.named_parameters())
-    for name, g in pl.params.flatten(g_params).items():
-        np.testing.assert_allclose(g, named[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
-    np.testing.assert_allclose(g_x, xt.grad.numpy(), rtol=rtol, atol=atol, err_msg="grad x")
-    if hx is not None:
-        for j, t in zip(jax.tree.leaves(g_hx), _torch_leaves(hxt), strict=True):
-            np.testing.assert_allclose(j, t.grad.numpy(), rtol=rtol, atol=atol, err_msg="grad hx")
-    return params
+        return pl.testing.assert_matches_torch(
+            layer,
+            module,
+            x,
+            *hs,
+            apply=lambda p, x, *hs: layer.apply(p, x, jax.tree.unflatten(tree, hs)),
+            torch_call=lambda m, x, *hs: m(x, jax.tree.unflatten(tree, hs)),
+            rtol=rtol,
+            atol=atol,
+            **kw,
+        )
 
 
 def _hx(kind, lead, batched, seed=7):
@@ -98,12 +71,12 @@ def test_cell_torch_parity(torch, name, bias, batched, given_hx):
     layer = CELLS[name](H, bias=bias)
     x = _randn((B, IN) if batched else (IN,))
     hx = _hx(name, None, batched) if given_hx else None
-    _parity(torch, module, layer, x, hx)
+    _parity(module, layer, x, hx)
 
 
 def test_rnn_cell_relu_parity(torch):
     module = torch.nn.RNNCell(IN, H, nonlinearity="relu")
-    _parity(torch, module, L.RNNCell(H, nonlinearity="relu"), _randn((B, IN)), _randn((B, H), 3))
+    _parity(module, L.RNNCell(H, nonlinearity="relu"), _randn((B, IN)), _randn((B, H), 3))
 
 
 @pytest.mark.parametrize("name", list(CELLS))
@@ -151,7 +124,7 @@ def _seq_case(torch, name, flags, **kw):
     )
     shape = ((B, T, IN) if batch_first else (T, B, IN)) if batched else (T, IN)
     hx = _hx(name, layers * (2 if bidi else 1), batched) if given else None
-    return _parity(torch, module, layer, _randn(shape), hx)
+    return _parity(module, layer, _randn(shape), hx)
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=_flag_id)
@@ -372,30 +345,24 @@ def test_lengths_match_packed_sequences(torch, name, batch_first):
     )
     layer = SEQ[name](H, num_layers=2, bidirectional=True, batch_first=batch_first)
     shape = (bsz, steps, IN) if batch_first else (steps, bsz, IN)
-    x = _randn(shape)
-    params = load_from_torch(layer, module, shape)
-    xt = torch.tensor(x, requires_grad=True)
     rnn = torch.nn.utils.rnn
-    packed = rnn.pack_padded_sequence(
-        xt, torch.tensor(lengths), batch_first=batch_first, enforce_sorted=False
+
+    def packed(module, xt):
+        seqs = rnn.pack_padded_sequence(
+            xt, torch.tensor(lengths), batch_first=batch_first, enforce_sorted=False
+        )
+        out, state = module(seqs)
+        return rnn.pad_packed_sequence(out, batch_first=batch_first, total_length=steps)[0], state
+
+    pl.testing.assert_matches_torch(
+        layer,
+        module,
+        _randn(shape),
+        apply=lambda p, x: layer.apply(p, x, lengths=jnp.asarray(lengths)),
+        torch_call=packed,
+        rtol=1e-4,
+        atol=1e-5,
     )
-    t_packed, t_state = module(packed)
-    t_out, _ = rnn.pad_packed_sequence(t_packed, batch_first=batch_first, total_length=steps)
-    t_leaves = [t_out, *_torch_leaves(t_state)]
-    cots = [_randn(tuple(t.shape), seed=i + 1) for i, t in enumerate(t_leaves)]
-    sum((t * torch.tensor(c)).sum() for t, c in zip(t_leaves, cots, strict=True)).backward()
-
-    def f(p, x):
-        return jax.tree.leaves(layer.apply(p, x, lengths=jnp.asarray(lengths)))
-
-    j_leaves, vjp = jax.vjp(f, params, jnp.asarray(x))
-    g_params, g_x = vjp(cots)
-    for j, t in zip(j_leaves, t_leaves, strict=True):
-        np.testing.assert_allclose(j, t.detach().numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(g_x, xt.grad.numpy(), rtol=1e-4, atol=1e-5)
-    named = dict(module.named_parameters())
-    for k, g in g_params.items():
-        np.testing.assert_allclose(g, named[k].grad.numpy(), rtol=1e-4, atol=1e-5, err_msg=k)
 
 
 def test_lengths_equal_unpadded_runs():
@@ -587,12 +554,9 @@ def test_property_forward_matches_torch(
     layer = SEQ[name](hidden, num_layers=layers, bidirectional=bidi, batch_first=batch_first)
     shape = (batch, steps, inputs) if batch_first else (steps, batch, inputs)
     x = _randn(shape)
-    params = load_from_torch(layer, module, shape)
-    out, state = layer.apply(params, x)
-    t_out, t_state = module(torch.tensor(x))
+    params = _parity(module, layer, x, grads=False)
+    out, state = jax.eval_shape(layer.apply, params, x)
     d = 2 if bidi else 1
     assert out.shape == (*shape[:2], d * hidden)
-    np.testing.assert_allclose(out, t_out.detach().numpy(), rtol=1e-4, atol=1e-5)
-    for j, t in zip(jax.tree.leaves(state), _torch_leaves(t_state), strict=True):
+    for j in jax.tree.leaves(state):
         assert j.shape == (layers * d, batch, hidden)
-        np.testing.assert_allclose(j, t.detach().numpy(), rtol=1e-4, atol=1e-5)
