@@ -5,6 +5,10 @@ import os
 
 import pytest
 
+# a script run in its own process (it sets an 8-device XLA_FLAGS when imported), not a
+# module for --doctest-modules to import
+collect_ignore = ["sharding_scenarios.py"]
+
 
 @pytest.fixture(scope="session")
 def torch():

@@ -86,7 +86,7 @@ def test_assert_matches_torch_names_the_worst_wrong_leaf(torch):
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     params = pl.testing.assert_matches_torch(L.Linear(4), module, x)
     transposed = {**params, "weight": params["weight"].T}
-    with pytest.raises(AssertionError, match=r"Linear differs from Linear .*\n  output 0: max"):
+    with pytest.raises(AssertionError, match=r"(?s)Linear differs from Linear .*\n  output 0: max"):
         pl.testing.assert_matches_torch(L.Linear(4), module, x, params=transposed)
 
     @dataclasses.dataclass(frozen=True)
@@ -122,3 +122,22 @@ def test_assert_matches_torch_names_the_worst_wrong_leaf(torch):
         pl.testing.assert_matches_torch(L.Linear(4, bias=False), module, x)
     with pytest.raises(TypeError, match=r"module must be a torch\.nn\.Module"):
         pl.testing.assert_matches_torch(L.Linear(4), lambda x: x, x)
+
+
+def test_assert_matches_torch_needs_forward_mode(torch):
+    """The JVP half of the check: a layer whose derivative is a ``custom_vjp`` is right
+    in reverse mode (torch agrees) but has no forward mode (``jax.jvp``, ``jacfwd`` and
+    Hessian-vector products fail on it), and the check says so."""
+    import numpy as np
+
+    from purelayers import layers as L
+
+    @jax.custom_vjp
+    def tanh(x):
+        return jnp.tanh(x)
+
+    tanh.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (g * (1 - jnp.tanh(x) ** 2),))
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    pl.testing.assert_matches_torch(L.Tanh(), torch.nn.Tanh(), x, grads=False)
+    with pytest.raises(TypeError, match="forward-mode autodiff"):
+        pl.testing.assert_matches_torch(L.Lambda(tanh), torch.nn.Tanh(), x)
