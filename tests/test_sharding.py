@@ -251,6 +251,7 @@ def scenarios(tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 @pytest.mark.parametrize("name", ["data_parallel", "fsdp", "tensor_parallel"])
 def test_ten_sharded_steps_match_one_device(scenarios, name):
     assert scenarios["devices"] == 8
@@ -262,6 +263,7 @@ def test_ten_sharded_steps_match_one_device(scenarios, name):
     assert ref[-1] < ref[0]  # it trains
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_rule_sets_split_what_they_should(scenarios):
     dp = scenarios["data_parallel"]["specs"]
     assert set(dp.values()) == {"P()"}
@@ -276,6 +278,7 @@ def test_rule_sets_split_what_they_should(scenarios):
     assert tp["embed.weight"] == tp["head.weight"] == tp["pos_emb"] == "P()"
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_tensor_parallel_step_all_reduces_row_parallel_outputs_and_gathers_no_weight(scenarios):
     tp = scenarios["tensor_parallel"]
     ops = [tuple(c) for c in tp["collectives"]]
@@ -292,6 +295,7 @@ def test_tensor_parallel_step_all_reduces_row_parallel_outputs_and_gathers_no_we
         assert not [g for g in gathered if g == f"f32[{a},{b}]" or g.endswith(f",{a},{b}]")], ops
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_sharded_init_is_born_sharded(scenarios):
     init = scenarios["init"]
     assert init["jit_given_out_shardings"]
@@ -307,6 +311,7 @@ def test_sharded_init_is_born_sharded(scenarios):
     assert not (whole - local) & set(init["hlo_shapes"]), init["hlo_shapes"]
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_sharded_checkpoint_round_trips(scenarios):
     ck = scenarios["checkpoint"]
     for case in ("file_same_mesh", "index_same_mesh", "index_other_mesh"):
@@ -315,6 +320,7 @@ def test_sharded_checkpoint_round_trips(scenarios):
     assert ck["plain_load_equal"]
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_grouped_qkv_rows_on_devices(scenarios):
     got = scenarios["grouped_qkv"]
     heads, kv, d = got["heads"], got["kv_heads"], got["head_dim"]
@@ -326,6 +332,7 @@ def test_grouped_qkv_rows_on_devices(scenarios):
         assert rows == q + k + v
 
 
+@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_grouped_qkv_order_makes_the_head_split_communication_free(scenarios):
     """With rows in head-group order, attention reads each device's q, k and v heads
     where they are: forward and backward need only the all-reduce after ``out``. In
