@@ -3,8 +3,8 @@
 - ``test_contract``: torch's ``state_dict`` names, output shape from ``jax.eval_shape``,
   finite output, float32 kept, ``jit`` equals eager, ``vmap`` over an extra batch axis
   equals the loop, finite gradients, no retrace on a second call, hash and equality by
-  configuration. Everything jitted is one compiled program (init included).
-- ``test_bfloat16``: params, outputs and their dtype from a bfloat16 init and input.
+  configuration; params, outputs and their dtype from a bfloat16 init and input.
+  Everything jitted is one compiled program (both inits included).
 - ``test_matches_torch``: ``pl.testing.assert_matches_torch`` against the randomized
   torch twin: outputs, reverse-mode gradients w.r.t. input and every parameter by name,
   forward mode against reverse mode; one compiled program.
@@ -91,15 +91,20 @@ def test_contract(case_id, torch):
     argnums = (0,) if case.ids is not None else (0, 1)
     traces = []
 
+    run16 = _apply(layer, case, layer.init_state(case.shape, jnp.bfloat16))
+
     @jax.jit
-    def program(key, x, xs):
+    def program(key, x, xs, x16):
         traces.append(1)
         params = layer.init(key, case.shape, jnp.float32)
         looped = [run(params, xs[i]) for i in range(2)]
         batched = jax.vmap(run, in_axes=(None, 0))(params, xs)
-        return params, run(params, x), batched, looped, jax.grad(loss, argnums)(params, x)
+        grads = jax.grad(loss, argnums)(params, x)
+        params16 = layer.init(key, case.shape, jnp.bfloat16)
+        return params, run(params, x), batched, looped, grads, (params16, run16(params16, x16))
 
-    params, out, batched, looped, grads = program(jax.random.key(0), x, xs)
+    x16 = example_input(case, jnp.bfloat16, seed=3)
+    params, out, batched, looped, grads, bf16 = program(jax.random.key(0), x, xs, x16)
     params = layer.ordered(params)  # jit sorts dict keys; torch's order restored
 
     # names and order: params and buffers merged, as torch's state_dict lists them (a
@@ -131,29 +136,18 @@ def test_contract(case_id, torch):
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
 
     # a second call with new arrays of the same shapes does not retrace
-    program(jax.random.key(1), example_input(case, jnp.float32, seed=1), xs + 0)
+    program(jax.random.key(1), example_input(case, jnp.float32, seed=1), xs + 0, x16 + 0)
     assert len(traces) == 1
+
+    # bfloat16 params and input: params, outputs and their dtype stay bfloat16
+    params16, out16 = bf16
+    assert all(p.dtype == jnp.bfloat16 for p in jax.tree.leaves(params16)), "params follow dtype"
+    for leaf in jax.tree.leaves(out16):
+        assert leaf.dtype == jnp.bfloat16, f"{case_id}: {leaf.dtype} output for bfloat16 input"
+        assert bool(jnp.all(jnp.isfinite(leaf.astype(jnp.float32))))
 
     # configuration identity
     assert case.make() == layer and hash(case.make()) == hash(layer)
-
-
-@pytest.mark.parametrize("case_id", list(BY_ID))
-def test_bfloat16(case_id):
-    case = BY_ID[case_id]
-    layer = case.make()
-    run = _apply(layer, case, layer.init_state(case.shape, jnp.bfloat16))
-
-    @jax.jit
-    def program(key, x):
-        params = layer.init(key, case.shape, jnp.bfloat16)
-        return params, run(params, x)
-
-    params, out = program(jax.random.key(0), example_input(case, jnp.bfloat16))
-    assert all(p.dtype == jnp.bfloat16 for p in jax.tree.leaves(params)), "params follow dtype"
-    for leaf in jax.tree.leaves(out):
-        assert leaf.dtype == jnp.bfloat16, f"{case_id}: {leaf.dtype} output for bfloat16 input"
-        assert bool(jnp.all(jnp.isfinite(leaf.astype(jnp.float32))))
 
 
 @pytest.mark.parametrize("case_id", PARITY)

@@ -3,6 +3,7 @@ training, init and checkpoints on 8 host devices (one subprocess, see
 tests/sharding_scenarios.py, since the device count is fixed when JAX starts)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -242,16 +243,25 @@ def test_load_sharded_reports_a_truncated_file(tmp_path):
 
 @pytest.fixture(scope="module")
 def scenarios(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sharding") / "scenarios.json"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out)], capture_output=True, text=True, timeout=900
-    )
-    if run.returncode:
-        pytest.fail(f"scenario script failed:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}")
-    return json.loads(out.read_text())
+    """The script's results, computed once per test run: under xdist the first worker
+    to get here runs it and the others read its file (xdist's documented pattern)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above the per-worker ones
+    out = shared / "sharding_scenarios.json"
+    with FileLock(str(out) + ".lock"):
+        if not out.is_file():
+            run = subprocess.run(
+                [sys.executable, str(SCRIPT), str(out)],
+                capture_output=True, text=True, timeout=900,
+            )  # fmt: skip
+            if run.returncode:
+                pytest.fail(f"scenario script failed:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}")
+        return json.loads(out.read_text())
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 @pytest.mark.parametrize("name", ["data_parallel", "fsdp", "tensor_parallel"])
 def test_ten_sharded_steps_match_one_device(scenarios, name):
     assert scenarios["devices"] == 8
@@ -263,7 +273,6 @@ def test_ten_sharded_steps_match_one_device(scenarios, name):
     assert ref[-1] < ref[0]  # it trains
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_rule_sets_split_what_they_should(scenarios):
     dp = scenarios["data_parallel"]["specs"]
     assert set(dp.values()) == {"P()"}
@@ -278,7 +287,6 @@ def test_rule_sets_split_what_they_should(scenarios):
     assert tp["embed.weight"] == tp["head.weight"] == tp["pos_emb"] == "P()"
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_tensor_parallel_step_all_reduces_row_parallel_outputs_and_gathers_no_weight(scenarios):
     tp = scenarios["tensor_parallel"]
     ops = [tuple(c) for c in tp["collectives"]]
@@ -295,7 +303,6 @@ def test_tensor_parallel_step_all_reduces_row_parallel_outputs_and_gathers_no_we
         assert not [g for g in gathered if g == f"f32[{a},{b}]" or g.endswith(f",{a},{b}]")], ops
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_sharded_init_is_born_sharded(scenarios):
     init = scenarios["init"]
     assert init["jit_given_out_shardings"]
@@ -311,7 +318,6 @@ def test_sharded_init_is_born_sharded(scenarios):
     assert not (whole - local) & set(init["hlo_shapes"]), init["hlo_shapes"]
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_sharded_checkpoint_round_trips(scenarios):
     ck = scenarios["checkpoint"]
     for case in ("file_same_mesh", "index_same_mesh", "index_other_mesh"):
@@ -320,7 +326,6 @@ def test_sharded_checkpoint_round_trips(scenarios):
     assert ck["plain_load_equal"]
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_grouped_qkv_rows_on_devices(scenarios):
     got = scenarios["grouped_qkv"]
     heads, kv, d = got["heads"], got["kv_heads"], got["head_dim"]
@@ -332,7 +337,6 @@ def test_grouped_qkv_rows_on_devices(scenarios):
         assert rows == q + k + v
 
 
-@pytest.mark.xdist_group("sharding-scenarios")  # one worker: the script runs once
 def test_grouped_qkv_order_makes_the_head_split_communication_free(scenarios):
     """With rows in head-group order, attention reads each device's q, k and v heads
     where they are: forward and backward need only the all-reduce after ``out``. In
