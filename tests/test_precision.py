@@ -84,16 +84,20 @@ def test_gradients_are_float32_and_optax_sees_float32():
     def loss32(p):
         return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, x), labels).mean()
 
-    grads = jax.jit(jax.grad(loss))(params)
+    opt = optax.adam(1e-3)
+
+    @jax.jit  # one compiled program: both gradients and an Adam step
+    def program(p):
+        grads, ref = jax.grad(loss)(p), jax.grad(loss32)(p)
+        state = opt.init(p)
+        updates, state = opt.update(grads, state, p)
+        return grads, ref, optax.apply_updates(p, updates), state
+
+    grads, ref, new, state = program(params)
     assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
-    ref = jax.jit(jax.grad(loss32))(params)
     for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref), strict=True):
         scale = float(jnp.max(jnp.abs(r))) + 1e-6
         assert float(jnp.max(jnp.abs(g - r))) <= 0.1 * scale
-    opt = optax.adam(1e-3)
-    state = opt.init(params)
-    updates, state = opt.update(grads, state, params)
-    new = optax.apply_updates(params, updates)
     assert {a.dtype for a in jax.tree.leaves((new, state)) if hasattr(a, "dtype")} <= {
         jnp.dtype(jnp.float32),
         jnp.dtype(jnp.int32),
