@@ -373,15 +373,6 @@ def test_repeat_remat_equals_plain_with_cache_and_grad():
 AE, AH, AKV, AT = 16, 4, 2, 5
 
 
-def _torch_rope(torch, x, theta):
-    d, t = x.shape[-1], x.shape[-2]
-    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-    ang = torch.arange(t, dtype=torch.float32)[:, None] * inv[None, :]
-    ang = torch.cat([ang, ang], -1)
-    rot = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
-    return x * ang.cos() + rot * ang.sin()
-
-
 def _torch_attention(torch, kind, hd, theta):
     """GQA + RoPE causal attention written in torch with our names: ``fused`` (``qkv``,
     ``out``), ``separate`` (``q_proj``/``k_proj``/``v_proj`` with bias, ``o_proj``
@@ -416,8 +407,8 @@ def _torch_attention(torch, kind, hd, theta):
                     else x @ self.in_proj_weight.T + self.in_proj_bias
                 )
                 q, k, v = qkv.split([h * hd, kv * hd, kv * hd], -1)
-            q = _torch_rope(torch, q.reshape(b, t, h, hd).transpose(1, 2), theta)
-            k = _torch_rope(torch, k.reshape(b, t, kv, hd).transpose(1, 2), theta)
+            q = twins.rotate_half(torch, q.reshape(b, t, h, hd).transpose(1, 2), theta)
+            k = twins.rotate_half(torch, k.reshape(b, t, kv, hd).transpose(1, 2), theta)
             v = v.reshape(b, t, kv, hd).transpose(1, 2)
             k, v = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
