@@ -365,23 +365,27 @@ def assert_matches_torch(
             pairs.append((f"gradient of {name}", g, np.zeros(g.shape) if tg is None else tg))
         for k, i in enumerate(floats):
             pairs.append((f"gradient of input {i}", j_grads[1 + k], tensors[i].grad))
-        forward = sum(
-            np.vdot(np.asarray(c, np.float64), np.asarray(o, np.float64))
-            for c, o, d in zip(cots, out_t, differentiable, strict=True)
-            if d
+
+        def products(xs, ys, keep):
+            return [
+                np.asarray(x, np.float64).ravel() * np.asarray(y, np.float64).ravel()
+                for x, y, k in zip(xs, ys, keep, strict=True)
+                if k
+            ]
+
+        ins = products(
+            jax.tree.leaves(j_grads),
+            jax.tree.leaves(tangents),
+            [t.dtype != jax.dtypes.float0 for t in jax.tree.leaves(tangents)],
         )
-        terms = [
-            np.asarray(g, np.float64).ravel() * np.asarray(t, np.float64).ravel()
-            for g, t in zip(jax.tree.leaves(j_grads), jax.tree.leaves(tangents), strict=True)
-            if t.dtype != jax.dtypes.float0
-        ]
-        reverse = sum(float(np.sum(t)) for t in terms)
-        forward_abs = sum(
-            float(np.sum(np.abs(np.asarray(c, np.float64) * np.asarray(o, np.float64))))
-            for c, o, d in zip(cots, out_t, differentiable, strict=True)
-            if d
+        outs = products(cots, out_t, differentiable)
+        forward = sum(float(np.sum(t)) for t in outs)
+        reverse = sum(float(np.sum(t)) for t in ins)
+        scale = max(
+            sum(float(np.sum(np.abs(t))) for t in ins),
+            sum(float(np.sum(np.abs(t))) for t in outs),
+            1e-30,
         )
-        scale = max(sum(float(np.sum(np.abs(t))) for t in terms), forward_abs, 1e-30)
         # Both sides are float32 sums: in a saturated softmax, round-off reaches 0.1% of
         # the scale; a forward rule that is not the reverse one's transpose is off by O(1).
         if abs(forward - reverse) > _FORWARD_RTOL * scale:
