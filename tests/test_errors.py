@@ -52,7 +52,7 @@ HELPERS = {"check_int", "check_float", "check_choice", "need_key", "need_ndim", 
 # number of raise sites: a new site there must get a test there and this count bumped.
 TESTED_ELSEWHERE = {
     "_safetensors_io.py": (12, "tests/test_checkpoint.py (fuzzed files, each error matched)"),
-    "_sharded_io.py": (8, "tests/test_checkpoint.py and tests/test_params.py"),
+    "_sharded_io.py": (2, "tests/test_checkpoint.py and tests/test_params.py"),
     "sharding.py": (19, "tests/test_sharding.py"),
 }
 
@@ -281,8 +281,16 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("composite-call-missing-params", _residual_missing_child, LayerError,
      r"^Residual\[norm\] Linear: params has no entry 'weight'\n  got keys \[\]"),
     ("init-shape-type", lambda: L.Linear(4).init(KEY, None), ValueError,
-     r"^init: shape must be the input's shape \(a tuple of ints\) or an example array "
-     r"\(or jax\.ShapeDtypeStruct\), got None$"),
+     r"^init: shape must be the input's shape \(a tuple of non-negative ints\) or an "
+     r"example array \(or jax\.ShapeDtypeStruct\), got None$"),
+    ("init-shape-float", lambda: L.Linear(6).init(KEY, (4, 5.5)), ValueError,
+     r"^init: shape must be .* got \(4, 5\.5\)$"),
+    ("init-shape-negative", lambda: L.Linear(6).init(KEY, (4, -5)), ValueError,
+     r"^init: shape must be .* got \(4, -5\)$"),
+    ("init-shape-traced", lambda: jax.eval_shape(L.Linear(6).init, KEY, (4, 5)), ValueError,
+     r"^init: shape must be static, got traced values .*jax\.eval_shape\(model\.init, key, "
+     r"shape\) traces the shape too\. For an abstract params tree use "
+     r"purelayers\.params\.abstract\(model, shape\)"),
     ("lambda-not-callable", lambda: L.Lambda(3), ValueError,
      r"^Lambda: fn must be callable, got 3$"),
     ("flatten-start-dim", lambda: L.Flatten(start_dim=1.5), ValueError,
