@@ -4,8 +4,9 @@ The safetensors format itself (header, offsets, alignment, validation) is the
 ``safetensors`` package's: files are written with ``safetensors.serialize_file`` and read
 with ``safetensors.safe_open``. Here we add what a checkpoint needs around it:
 
-- atomic writes: every file is written under a temporary name in its final folder,
-  fsynced, then renamed over the final name, and the folder is fsynced;
+- atomic writes (``_atomic``): every file is written in a private temporary folder
+  next to its final name, fsynced, then renamed over the final name, and the folder
+  is fsynced; killed writers' leftovers are removed by the next write;
 - the name order: the package lays the header out by dtype, then name, so the names'
   own (PyTorch) order is kept in the metadata under ``ORDER_KEY`` and restored on read;
 - errors that name the file: the package's own errors carry no path;
@@ -18,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import mmap
 import os
 import re
-import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,8 @@ from typing import Any, NamedTuple
 import ml_dtypes
 import numpy as np
 import safetensors
+
+from purelayers import _atomic
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -47,8 +50,6 @@ def _code(dtype: np.dtype) -> str:
 
 DTYPES: dict[str, np.dtype] = {_code(np.dtype(t)): np.dtype(t) for t in _STORABLE}
 CODES: dict[np.dtype, str] = {dt: code for code, dt in DTYPES.items()}
-# safe_open(framework="numpy") builds these; float8 tensors are decoded from raw bytes.
-_NUMPY_READS = {code for code in DTYPES if not code.startswith("F8")}
 
 
 class CheckpointError(ValueError):
@@ -106,47 +107,14 @@ def _serialize(file: Path, entries: Sequence[Entry], metadata: Mapping[str, str]
     safetensors.serialize_file(specs, file, metadata={**(metadata or {}), ORDER_KEY: order})
 
 
-def _write_temp(path: Path, write: Callable[[Path], None]) -> Path:
-    """A fully written, fsynced temporary file next to ``path``; removed on failure."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # claim the name
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-    return tmp
-
-
-def _sync_dir(folder: Path) -> None:
-    """Make renames in ``folder`` durable (POSIX); a no-op where folders cannot be opened."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _commit(pairs: Sequence[tuple[Path, Path]], folder: Path) -> None:
-    """Rename each written temporary file over its final name; drop leftovers on failure."""
-    try:
-        for tmp, final in pairs:
-            os.replace(tmp, final)
-    finally:
-        for tmp, _ in pairs:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-    _sync_dir(folder)
-
-
 def write_file(path: Path, entries: Sequence[Entry], metadata: Mapping[str, str] | None) -> None:
-    """Atomically write one safetensors file."""
-    tmp = _write_temp(path, lambda f: _serialize(f, entries, metadata))
-    _commit([(tmp, path)], path.parent)
+    """Atomically write one safetensors file (``_atomic``: one temporary, removed on
+    failure, and removed by the next save when the writer was killed)."""
+    with _atomic.Temporary(path) as tmp:
+        _serialize(tmp.file, entries, metadata)
+        tmp.finish()
+        tmp.commit()
+    _atomic.sync_dir(path.parent)
 
 
 def split_shards(entries: Sequence[Entry], max_bytes: int) -> list[list[Entry]]:
@@ -179,19 +147,16 @@ def write_sharded(
         "weight_map": {e.name: n for n, shard in zip(names, shards, strict=True) for e in shard},
     }
     text = json.dumps(index, indent=2) + "\n"
-    written: list[tuple[Path, Path]] = []
-    try:
-        for name, shard in zip(names, shards, strict=True):
-            tmp = _write_temp(folder / name, lambda f, s=shard: _serialize(f, s, metadata))
-            written.append((tmp, folder / name))
-        tmp = _write_temp(folder / INDEX_NAME, lambda f: f.write_text(text, encoding="utf-8"))
-        written.append((tmp, folder / INDEX_NAME))
-    except BaseException:
-        for tmp, _ in written:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-        raise
-    _commit(written, folder)
+    # Every file is written and fsynced before any is renamed into place.
+    with _atomic.temporaries([folder / n for n in [*names, INDEX_NAME]]) as tmps:
+        for tmp, shard in zip(tmps, shards, strict=False):
+            _serialize(tmp.file, shard, metadata)
+        tmps[-1].file.write_text(text, encoding="utf-8")
+        for tmp in tmps:
+            tmp.finish()
+        for tmp in tmps:
+            tmp.commit()
+    _atomic.sync_dir(folder)
     for stale in folder.iterdir():
         if _SHARD_RE.fullmatch(stale.name) and stale.name not in names:
             with contextlib.suppress(OSError):
@@ -263,32 +228,119 @@ def _open(path: Path, read: Callable[[Any], Any]) -> Any:
         raise CheckpointError(path, _problem(e)) from e
 
 
-def _read_tensors(path: Path, f: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+_CHUNK_BYTES = 16 << 20  # a read copies at most this much file data between releases
+
+
+def owned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized C-ordered array that nothing else references, 64-byte aligned.
+
+    JAX's CPU client adopts an aligned host buffer instead of copying it
+    (``jax.device_put``), so an array filled here becomes a JAX array with no second
+    copy; being private, nothing the caller holds can change it afterwards.
+    """
+    dtype = np.dtype(dtype)
+    n = math.prod(shape) * dtype.itemsize
+    raw = np.empty(n + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + n].view(dtype).reshape(shape)
+
+
+class Tensor(NamedTuple):
+    """One tensor of a checkpoint file, located by its header; read with ``read``."""
+
+    file: Path
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int  # of its first byte in the file
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def read(self, index: Any = None, dtype: Any = None, out: np.ndarray | None = None):
+        """``self[index]`` as a new array of ``dtype`` (default: the file's), or into ``out``.
+
+        The file is memory-mapped and copied a chunk of rows at a time straight into the
+        result, cast on the way (no intermediate array of the file's dtype), with each
+        chunk's pages released from this process's memory once copied: reading a
+        tensor of N bytes costs the N (or fewer, cast) bytes of the result and at most
+        ``_CHUNK_BYTES`` more, whatever its size. The result never shares memory with
+        the file. ``index`` is a tuple of slices (a device's shard) or ``None``.
+        """
+        dtype = np.dtype(self.dtype if dtype is None else dtype)
+        select = () if index is None else index
+        shape = np.broadcast_to(np.False_, self.shape)[select].shape  # no data touched
+        if out is None:
+            out = owned(shape, dtype)
+        if out.size:
+            with open(self.file, "rb") as f:
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                self._copy(mm, select, out)
+            finally:
+                with contextlib.suppress(BufferError):  # views kept alive by a traceback
+                    mm.close()
+        return out
+
+    def _copy(self, mm: mmap.mmap, select: Any, out: np.ndarray) -> None:
+        whole = np.frombuffer(mm, self.dtype.newbyteorder("<"), math.prod(self.shape), self.offset)
+        part = whole.reshape(self.shape)[select]
+        if part.ndim == 0:
+            out[...] = part
+            return
+        rows = max(1, _CHUNK_BYTES // max(1, part[0].nbytes))
+        for i in range(0, len(part), rows):
+            np.copyto(out[i : i + rows], part[i : i + rows], casting="unsafe")
+            self._release(mm)
+
+    def _release(self, mm: mmap.mmap) -> None:
+        """Drop this tensor's mapped pages from the process's resident memory (they stay
+        in the page cache); a no-op where ``madvise`` is missing."""
+        if not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        begin = self.offset // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(len(mm), self.offset + self.nbytes)
+        mm.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
+
+def _header(path: Path) -> dict[str, Any]:
+    """The parsed JSON header of a file the package has already validated."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n).decode("utf-8"))
+    header["__size__"] = 8 + n
+    return header
+
+
+def _scan_tensors(path: Path, f: Any) -> tuple[dict[str, Tensor], dict[str, str]]:
     meta = dict(f.metadata() or {})
     names = _ordered(f.offset_keys(), meta)
     meta.pop(ORDER_KEY, None)
-    codes = {name: f.get_slice(name).get_dtype() for name in names}
-    foreign = {n: c for n, c in codes.items() if c not in DTYPES}
+    header = _header(path)
+    foreign = {n: header[n]["dtype"] for n in names if header[n]["dtype"] not in DTYPES}
     if foreign:
         raise CheckpointError(
             path, f"holds dtypes purelayers cannot represent: {foreign}; known: {sorted(DTYPES)}"
         )
-    if all(c in _NUMPY_READS for c in codes.values()):
-        return {name: f.get_tensor(name) for name in names}, meta
-    raw = dict(safetensors.deserialize(path.read_bytes()))
-    arrays = {
-        name: np.frombuffer(raw[name]["data"], DTYPES[codes[name]]).reshape(raw[name]["shape"])
-        for name in names
+    tensors = {
+        n: Tensor(
+            path,
+            DTYPES[header[n]["dtype"]],
+            tuple(int(d) for d in header[n]["shape"]),
+            header["__size__"] + int(header[n]["data_offsets"][0]),
+        )
+        for n in names
     }
-    return arrays, meta
+    return tensors, meta
 
 
-def read_file(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The arrays (in saved order) and metadata of one safetensors file.
+def scan_file(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """The tensors (in saved order, unread) and metadata of one safetensors file.
 
-    Raises ``CheckpointError`` naming ``path`` for anything but a well-formed file.
+    The header is validated by the ``safetensors`` package (offsets, sizes, coverage of
+    the file); ``CheckpointError`` names ``path`` for anything but a well-formed file.
     """
-    return _open(Path(path), lambda f: _read_tensors(Path(path), f))
+    return _open(Path(path), lambda f: _scan_tensors(Path(path), f))
 
 
 def read_metadata(path: Path) -> dict[str, str]:
@@ -322,13 +374,13 @@ def read_index(path: Path) -> dict[str, str]:
     return weight_map
 
 
-def read_sharded(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Every array named by an index, in the index's order, from its shards."""
+def scan_sharded(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Every tensor named by an index (unread), in the index's order, from its shards."""
     weight_map = read_index(path)
     by_shard: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
         by_shard.setdefault(shard, []).append(name)
-    arrays: dict[str, np.ndarray] = {}
+    tensors: dict[str, Tensor] = {}
     meta: dict[str, str] = {}
     for shard, names in by_shard.items():
         file = path.parent / shard
@@ -338,7 +390,7 @@ def read_sharded(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
                 f"shard {file} is missing; the index maps {len(names)} names to it "
                 f"(first: {names[0]!r})",
             )
-        got, got_meta = read_file(file)
+        got, got_meta = scan_file(file)
         absent = [n for n in names if n not in got]
         extra = [n for n in got if weight_map.get(n) != shard]
         if absent or extra:
@@ -348,9 +400,16 @@ def read_sharded(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
                 f"{path.name}: names the index puts here but the shard lacks: {absent}; "
                 f"names in the shard the index puts elsewhere or nowhere: {extra}",
             )
-        arrays.update(got)
+        tensors.update(got)
         meta = meta or got_meta
-    return {name: arrays[name] for name in weight_map}, meta
+    return {name: tensors[name] for name in weight_map}, meta
+
+
+def scan(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """The tensors (unread) and metadata of the checkpoint ``path`` refers to
+    (``resolve``): one file, or every shard of an index."""
+    file, sharded = resolve(path)
+    return scan_sharded(file) if sharded else scan_file(file)
 
 
 def resolve(path: str | os.PathLike) -> tuple[Path, bool]:

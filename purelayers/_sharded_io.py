@@ -4,10 +4,7 @@ places each device's slice straight from the file. Re-exported by
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,6 @@ import numpy as np
 
 from purelayers import _safetensors_io as _io
 from purelayers import params as _params
-from purelayers._safetensors_io import CheckpointError
 
 __all__ = ["load_sharded", "save"]
 
@@ -74,70 +70,6 @@ def save(
     return written
 
 
-class _Tensor:
-    """One tensor of a checkpoint file, read lazily through a memory map."""
-
-    def __init__(self, file: Path, dtype: np.dtype, shape: tuple[int, ...], offset: int):
-        self.file, self.dtype, self.shape, self.offset = file, dtype, shape, offset
-
-    def read(self, index: Any, dtype: Any) -> np.ndarray:
-        if math.prod(self.shape) == 0:
-            whole = np.zeros(self.shape, self.dtype)
-        else:
-            whole = np.memmap(self.file, self.dtype, "r", self.offset, self.shape)
-        part = np.array(whole[() if index is None else index])
-        if sys.byteorder == "big":  # files are little-endian
-            part = part.byteswap()
-        return part.astype(dtype, copy=False)
-
-
-def _scan_file(file: Path) -> dict[str, _Tensor]:
-    """The tensors of one safetensors file from its header alone; a malformed file gets
-    the checkpoint reader's own error (which names the file and the problem)."""
-    try:
-        size = file.stat().st_size
-        with open(file, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            if size < 8 or n > size - 8 or n > 100_000_000:
-                raise ValueError
-            header = json.loads(f.read(n).decode("utf-8"))
-        out, end = {}, 0
-        for name, info in header.items():
-            if name == "__metadata__":
-                continue
-            dtype = _io.DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            begin, stop = (int(o) for o in info["data_offsets"])
-            if stop - begin != math.prod(shape) * dtype.itemsize or begin < 0:
-                raise ValueError
-            end = max(end, stop)
-            out[name] = _Tensor(file, dtype, shape, 8 + n + begin)
-        if end != size - 8 - n:
-            raise ValueError
-        return out
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        _io.read_file(file)  # raises the precise CheckpointError
-        raise CheckpointError(file, "corrupted: its header could not be read") from None
-
-
-def _scan(path: str | os.PathLike) -> dict[str, _Tensor]:
-    file, sharded = _io.resolve(path)
-    if not sharded:
-        return _scan_file(file)
-    weight_map = _io.read_index(file)
-    tensors: dict[str, _Tensor] = {}
-    for shard in dict.fromkeys(weight_map.values()):
-        shard_file = file.parent / shard
-        if not shard_file.is_file():
-            raise CheckpointError(file, f"shard {shard_file} named by the index is missing")
-        found = _scan_file(shard_file)
-        absent = [k for k, s in weight_map.items() if s == shard and k not in found]
-        if absent:
-            raise CheckpointError(shard_file, f"lacks names the index puts here: {absent}")
-        tensors.update({k: t for k, t in found.items() if weight_map.get(k) == shard})
-    return {k: tensors[k] for k in weight_map}
-
-
 def load_sharded(
     path: str | os.PathLike,
     params: Any,
@@ -153,7 +85,7 @@ def load_sharded(
     Each array is built with ``jax.make_array_from_callback``: every device reads only
     its own slice of the file through a memory map, so no process or device holds an
     unsharded copy of a split array. ``params`` (and ``state``) are templates: trees
-    of arrays or of ``jax.ShapeDtypeStruct`` (``jax.eval_shape(model.init, ...)``), whose
+    of arrays or of ``jax.ShapeDtypeStruct`` (``purelayers.params.abstract(model, shape)``), whose
     names, shapes and dtypes the checkpoint must match; ``shardings`` are matching
     trees of ``Sharding``s (``named_shardings``). ``path`` is anything
     ``purelayers.params.load`` accepts, a single file or a sharded index.
@@ -186,11 +118,11 @@ def load_sharded(
             f"{[k for k in names if k not in placement]}; without a template array: "
             f"{[k for k in placement if k not in names]}"
         )
-    tensors = _scan(path)
+    tensors = _io.scan(path)[0]
 
     def equal(a: str, b: str) -> bool:
         dtype = tensors[b].dtype
-        return bool(np.array_equal(tensors[a].read(None, dtype), tensors[b].read(None, dtype)))
+        return bool(np.array_equal(tensors[a].read(dtype=dtype), tensors[b].read(dtype=dtype)))
 
     source, keys = _params._match(
         names, tensors, strict=strict, who=who, aliases=_params._aliases(model, who), equal=equal
@@ -220,15 +152,16 @@ def load_sharded(
                 return blocks[0].read(index, dtype)
             picked = np.arange(len(blocks)).reshape(lead)[index[: len(lead)]]
             rest = index[len(lead) :]
-            parts = [
-                blocks[i].read(rest, dtype)
-                if blocks[i] is not None
-                else np.asarray(
-                    np.asarray(leaf).reshape(-1, *np.shape(leaf)[len(lead) :])[i][rest], dtype
-                )
-                for i in picked.reshape(-1)
-            ]
-            return np.stack(parts).reshape(picked.shape + parts[0].shape)
+            block_shape = np.broadcast_to(np.False_, np.shape(leaf)[len(lead) :])[rest].shape
+            out = _io.owned(picked.shape + block_shape, dtype)
+            flat_out = out.reshape(-1, *block_shape)
+            for j, i in enumerate(picked.reshape(-1)):
+                if blocks[i] is not None:
+                    blocks[i].read(rest, dtype, flat_out[j])
+                else:  # strict=False: this block keeps the template's value
+                    kept = np.asarray(leaf).reshape(-1, *np.shape(leaf)[len(lead) :])[i][rest]
+                    np.copyto(flat_out[j], kept, casting="unsafe")
+            return out
 
         return jax.make_array_from_callback(np.shape(leaf), sharding, read, dtype=dtype)
 

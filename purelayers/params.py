@@ -38,6 +38,7 @@ __all__ = [
     "CheckpointWarning",
     "IncompatibleKeys",
     "Stacked",
+    "abstract",
     "count",
     "flatten",
     "load",
@@ -56,7 +57,10 @@ __all__ = [
 
 
 def _to_numpy(value: Any) -> np.ndarray:
-    """A host array from numpy, JAX, or torch values (torch is never imported)."""
+    """A host array from numpy, JAX, or torch values (torch is never imported), or a
+    checkpoint file's tensor (read). It may share memory with ``value``."""
+    if isinstance(value, _io.Tensor):
+        return value.read()
     if type(value).__module__.startswith("torch"):
         tensor = value.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":
@@ -64,6 +68,18 @@ def _to_numpy(value: Any) -> np.ndarray:
             return tensor.float().numpy().astype(ml_dtypes.bfloat16)
         return tensor.numpy()
     return np.asarray(value)
+
+
+def _owned_copy(value: Any, dtype: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """``value`` (numpy, torch, JAX, or a file's tensor) copied once into an array that
+    nothing else references (``_io.owned``), cast to ``dtype`` on the way."""
+    if isinstance(value, _io.Tensor):
+        return value.read(dtype=dtype, out=out)
+    host = _to_numpy(value)
+    if out is None:
+        out = _io.owned(host.shape, dtype)
+    np.copyto(out, host, casting="unsafe")
+    return out
 
 
 class CheckpointWarning(UserWarning):
@@ -167,13 +183,12 @@ def _filler(flat: Mapping[str, Any], source: Mapping[str, str]):
             return leaf
         if not lead:
             return _like(flat[source[names[0]]], leaf)
-        blocks = [
-            _to_numpy(flat[source[n]])
-            if n in source
-            else np.asarray(take_block(leaf, np.unravel_index(i, lead)))
-            for i, n in enumerate(names)
-        ]
-        return _like(np.stack(blocks).reshape(lead + blocks[0].shape), leaf)
+        out = _io.owned(np.shape(leaf), jax.dtypes.canonicalize_dtype(_dtype(leaf)))
+        blocks = out.reshape(-1, *out.shape[len(lead) :])
+        for i, n in enumerate(names):
+            block = flat[source[n]] if n in source else take_block(leaf, np.unravel_index(i, lead))
+            _owned_copy(block, out.dtype, blocks[i])
+        return _place(out, leaf)
 
     return get
 
@@ -194,10 +209,20 @@ def _load(
 
 
 def _like(value: Any, like: Any) -> jax.Array:
-    """``value`` as a JAX array of ``like``'s dtype, on ``like``'s devices if it has any."""
-    array = jnp.asarray(_to_numpy(value), dtype=_dtype(like))
-    sharding = getattr(like, "sharding", None)
-    return array if sharding is None else jax.device_put(array, sharding)
+    """``value`` as a JAX array of ``like``'s dtype, on ``like``'s devices if it has any.
+
+    The result never shares memory with ``value`` (a torch tensor or numpy array the
+    caller may change later): it is copied once, straight into the new dtype, into a
+    buffer JAX adopts (``_io.owned``). JAX arrays are immutable and only cast."""
+    dtype = _dtype(like)
+    if isinstance(value, jax.Array):
+        return _place(value.astype(dtype), like)
+    return _place(_owned_copy(value, jax.dtypes.canonicalize_dtype(dtype)), like)
+
+
+def _place(array: Any, like: Any) -> jax.Array:
+    """``array`` on ``like``'s sharding (its default device when it has none)."""
+    return jax.device_put(array, getattr(like, "sharding", None))
 
 
 def _warn_unmatched(keys: IncompatibleKeys, who: str) -> None:
@@ -221,6 +246,37 @@ def _warn_unmatched(keys: IncompatibleKeys, who: str) -> None:
         )
 
 
+def abstract(model: Any, shape: Any, dtype: Any = jnp.float32, *, state: bool = False) -> Any:
+    """The params tree ``model.init(key, shape, dtype)`` builds, as ``jax.ShapeDtypeStruct``
+    leaves: nothing is allocated or initialized. It is the template to load a checkpoint
+    into (``load_into``, ``load_state_dict``, ``sharding.load_sharded``), so a model's
+    weights are never drawn only to be overwritten.
+
+    ``jax.eval_shape(model.init, key, shape)`` does not work: ``eval_shape`` traces every
+    argument, the shape too, and ``init`` needs it static. This is
+    ``jax.eval_shape(lambda k: model.init(k, shape, dtype), key)``.
+
+    Args:
+      model: a layer.
+      shape: its input shape (or an example array), as ``init`` takes it.
+      dtype: the params' floating dtype, as ``init`` takes it.
+      state: also return the buffers tree ``model.init_state(shape, dtype)`` builds.
+
+    Returns:
+      the abstract params tree; ``(params, state)`` with ``state=True``.
+
+    Example:
+      >>> model = L.Sequential(L.Linear(8), L.ReLU(), L.Linear(2))
+      >>> template = pl.params.abstract(model, (1, 4))
+      >>> template["0"]["weight"]
+      ShapeDtypeStruct(shape=(8, 4), dtype=float32)
+    """
+    params = jax.eval_shape(lambda k: model.init(k, shape, dtype), jax.random.key(0))
+    if not state:
+        return params
+    return params, jax.eval_shape(lambda: model.init_state(shape, dtype))
+
+
 def load_state_dict(
     template: Any,
     flat: Mapping[str, Any],
@@ -235,8 +291,8 @@ def load_state_dict(
     tensors, e.g. a torch ``state_dict()``. Values are cast to the template's dtypes
     (a torch ``int64`` counter becomes the template's ``int32``, ``float32`` weights a
     ``bfloat16`` template's ``bfloat16``) and placed on its leaves' shardings. The
-    template may be abstract (``jax.eval_shape(model.init, key, shape)``), so no
-    weights need initializing just to be overwritten. Every check runs before anything
+    template may be abstract (``abstract(model, shape)``), so no weights need
+    initializing just to be overwritten. Every check runs before anything
     is converted, and ``template`` is never changed:
 
     - ``strict=True``: names in the template but not in ``flat`` (missing) and names in
@@ -399,11 +455,6 @@ def save(
     return _io.write_sharded(target, entries, meta, max_shard_bytes)
 
 
-def _read(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    file, sharded = _io.resolve(path)
-    return (_io.read_sharded(file) if sharded else _io.read_file(file))[0]
-
-
 def load(path: str | os.PathLike) -> dict[str, jax.Array]:
     """The flat ``{name: array}`` dict of a checkpoint, in the order it was saved in.
 
@@ -413,7 +464,9 @@ def load(path: str | os.PathLike) -> dict[str, jax.Array]:
     ``save`` list names in torch's ``state_dict`` order (a sharded checkpoint in its
     index's order; other files in their layout's order: by dtype, then name). Arrays
     become JAX arrays of the file's dtypes, as JAX canonicalizes them (``int64`` is
-    ``int32`` unless x64 is on).
+    ``int32`` unless x64 is on). Each tensor is copied once from the memory-mapped file
+    into the array JAX keeps, so loading N bytes costs N bytes of memory (plus a
+    bounded chunk), and a later change to the file leaves the arrays as they were.
 
     Raises:
       FileNotFoundError: nothing at ``path``.
@@ -422,8 +475,8 @@ def load(path: str | os.PathLike) -> dict[str, jax.Array]:
         file and what is wrong.
     """
     return {
-        k: jnp.asarray(a, dtype=jax.dtypes.canonicalize_dtype(a.dtype))
-        for k, a in _read(path).items()
+        k: jax.device_put(t.read(dtype=jax.dtypes.canonicalize_dtype(t.dtype)))
+        for k, t in _io.scan(path)[0].items()
     }
 
 
@@ -467,12 +520,12 @@ def load_into(
       >>> model = L.Sequential(L.Linear(8), L.ReLU(), L.Linear(2))
       >>> params = model.init(jax.random.key(0), (1, 4))
       >>> path = pl.params.save(os.path.join(tempfile.mkdtemp(), "model.safetensors"), params)
-      >>> template = jax.eval_shape(lambda k: model.init(k, (1, 4)), jax.random.key(0))
+      >>> template = pl.params.abstract(model, (1, 4))
       >>> loaded = pl.params.load_into(path, template)
       >>> bool(jnp.array_equal(loaded["2"]["weight"], params["2"]["weight"]))
       True
     """
-    flat = _read(path)
+    flat = _io.scan(path)[0]
     who = f"load_into({os.fspath(path)!r})"
     names = _specs(params)
     if state is not None:

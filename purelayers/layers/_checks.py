@@ -118,18 +118,30 @@ def check_choice(layer: str, arg: str, value: Any, choices: Sequence[Any]) -> No
 
 
 def as_shape(shape: Any) -> tuple[int, ...]:
-    """``init``'s ``shape`` argument: a shape tuple, or an example array."""
+    """``init``'s ``shape`` argument: a shape tuple of non-negative ints, or an example
+    array (or ``jax.ShapeDtypeStruct``)."""
     if hasattr(shape, "shape") and hasattr(shape, "dtype"):
         return tuple(int(d) for d in shape.shape)
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
     try:
-        return tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
+        dims = tuple(dims)
+    except TypeError:
+        dims = None
+    if dims is not None and any(isinstance(d, jax.core.Tracer) for d in dims):
         raise ValueError(
-            f"init: shape must be the input's shape (a tuple of ints) or an example array "
-            f"(or jax.ShapeDtypeStruct), got {shape!r}"
-        ) from None
+            f"init: shape must be static, got traced values {shape!r}: "
+            "jax.eval_shape(model.init, key, shape) traces the shape too. For an abstract "
+            "params tree use purelayers.params.abstract(model, shape), or "
+            "jax.eval_shape(lambda k: model.init(k, shape), key)"
+        )
+    if dims is None or any(
+        isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in dims
+    ):
+        raise ValueError(
+            f"init: shape must be the input's shape (a tuple of non-negative ints) or an "
+            f"example array (or jax.ShapeDtypeStruct), got {shape!r}"
+        )
+    return tuple(int(d) for d in dims)
 
 
 def missing_params(layer: str, err: KeyError, params: Any) -> LayerError:

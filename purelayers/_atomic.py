@@ -1,0 +1,131 @@
+"""Atomic file writes that leave nothing behind, even when the writer is killed.
+
+A file is written as ``.NAME.PID.HEX.tmp/NAME`` next to its target ``NAME``: a private
+folder, named after the target and the writing process, holding the one temporary
+file. The ``safetensors`` package's own atomic write (a ``.tmpXXXXXX`` file renamed
+into place) then happens inside that folder, so a crash at any moment leaves at most
+that one folder, recognizably the target's. Each writer holds an ``flock`` on its folder
+for as long as it exists; the next write to the same target removes the folders of
+earlier writers that are gone (the lock is free and the process id is no live process),
+never another target's, another live process's, or one of its own.
+
+The written file gets the mode an ordinary ``open(path, "w")`` gives under the process
+umask (not ``mkstemp``'s 0600), read off a placeholder the folder is created with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks, and stale folders are left alone
+    fcntl = None
+
+
+def _pattern(target: Path) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale(target: Path) -> list[Path]:
+    """Remove the temporary folders that killed writers of ``target`` left; returns them."""
+    if fcntl is None or not target.parent.is_dir():
+        return []
+    removed = []
+    pattern = _pattern(target)
+    for entry in target.parent.iterdir():
+        match = pattern.fullmatch(entry.name)
+        if match is None or _alive(int(match[1])):
+            continue
+        try:
+            fd = os.open(entry, os.O_RDONLY)
+        except OSError:
+            continue  # removed meanwhile, or not ours to open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # its writer still holds it
+        try:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+        finally:
+            os.close(fd)
+    return removed
+
+
+class Temporary:
+    """The private folder and temporary file one write of ``target`` goes through.
+
+    ``file`` is the path to write; ``finish()`` fsyncs it and gives it the umask's mode;
+    ``commit()`` renames it over ``target``; ``close()`` (or leaving the ``with`` block) removes the
+    folder and whatever is left in it.
+    """
+
+    def __init__(self, target: Path):
+        self.target = target
+        remove_stale(target)
+        name = f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        self.folder = target.parent / name
+        os.mkdir(self.folder, 0o700)
+        self._fd = None
+        if fcntl is not None:
+            self._fd = os.open(self.folder, os.O_RDONLY)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self.file = self.folder / target.name
+        os.close(os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        self._mode = stat.S_IMODE(os.stat(self.file).st_mode)  # 0o666 less the umask
+
+    def finish(self) -> None:
+        with open(self.file, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(self.file, self._mode)
+
+    def commit(self) -> None:
+        os.replace(self.file, self.target)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Temporary:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def sync_dir(folder: Path) -> None:
+    """Make renames in ``folder`` durable (POSIX); a no-op where folders cannot be opened."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def temporaries(targets: list[Path]) -> Iterator[list[Temporary]]:
+    """One ``Temporary`` per target, all closed (folders removed) on the way out."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(Temporary(t)) for t in targets]
