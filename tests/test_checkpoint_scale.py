@@ -1,0 +1,228 @@
+"""Checkpoints at model scale: loads that cost one copy, saves killed at any moment,
+rival savers, file modes, and loaded arrays that share nothing with their sources.
+Real child processes throughout (tests/checkpoint_workers.py)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import _atomic
+from purelayers import layers as L
+from tests import checkpoint_workers as workers
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    """Children forked from a server that has imported purelayers once (milliseconds
+    each, where a fresh interpreter would import JAX anew)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.checkpoint_workers", "purelayers.params"])
+    return context
+
+
+def _temporaries(target: Path) -> list[str]:
+    return sorted(p.name for p in target.parent.iterdir() if p.name.startswith(f".{target.name}."))
+
+
+# -- memory ---------------------------------------------------------------------------
+
+
+def _big_checkpoint(folder: Path, sharded: bool) -> Path:
+    """128 MiB of float32 in tensors of 96, 16, 8, 4, 2, 1, 1 MiB."""
+    rng = np.random.default_rng(0)
+    sizes = [96, 16, 8, 4, 2, 1, 1]
+    params = {
+        f"t{i}": rng.standard_normal((m * MiB // 4096, 1024), np.float32)
+        for i, m in enumerate(sizes)
+    }
+    target = folder / ("sharded" if sharded else "model.safetensors")
+    return pl.params.save(target, params, max_shard_bytes=40 * MiB if sharded else None)
+
+
+@pytest.mark.parametrize(
+    "how, sharded", [("load", False), ("load_into", True), ("load_into_bf16", False)]
+)
+def test_loading_costs_one_copy_of_the_result(tmp_path, how, sharded):
+    """Peak resident memory a load adds, measured in a fresh process (``getrusage``):
+    at most 1.25 times the bytes of the loaded arrays plus a fixed 32 MiB, for a single
+    file, a sharded folder, and a cast to bfloat16 (half the file's bytes). Before
+    one-copy reads the first case added 2.0x."""
+    path = _big_checkpoint(tmp_path, sharded)
+    out = subprocess.run(
+        [sys.executable, workers.__file__, str(path), how],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["result_bytes"] == (64 if how == "load_into_bf16" else 128) * MiB
+    assert got["added"] <= 1.25 * got["result_bytes"] + 32 * MiB, got
+
+
+# -- killed savers ----------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_savers_killed_at_random_moments_leave_a_complete_checkpoint_and_no_leftovers(
+    tmp_path, ctx
+):
+    """24 savers, each SIGKILLed at a random moment while it saves checkpoint after
+    checkpoint: after every kill the file loads and is one complete checkpoint (every
+    tensor from the same save), at most one temporary (folder) is left, and after one
+    more save none of that target's is. Another target's leftovers, and a temporary of
+    a live process, are never touched."""
+    target = tmp_path / "model.safetensors"
+    pl.params.save(target, workers.values(-1))
+    other = tmp_path / f".other.safetensors.{_dead_pid()}.0123abcd.tmp"
+    other.mkdir()
+    live = tmp_path / f".model.safetensors.{os.getpid()}.89abcdef.tmp"
+    live.mkdir()
+    rng = random.Random(0)
+    seen = set()
+    for i in range(24):
+        started = ctx.Event()
+        child = ctx.Process(target=workers.save_forever, args=(str(target), 1000 * i, 1, started))
+        child.start()
+        assert started.wait(30)
+        os.kill(child.pid, 0)
+        import time
+
+        time.sleep(rng.uniform(0.0, 0.15))
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        assert child.exitcode == -signal.SIGKILL
+        k = workers.which(pl.params.load(target))
+        assert pl.params.load_metadata(target).get("k", "-1") == str(k)
+        seen.add(k // 1000 if k >= 0 else -1)
+        left = [n for n in _temporaries(target) if n != live.name]
+        assert len(left) <= 1, left
+    assert len(seen) > 12, f"too few kills landed after a first save: {sorted(seen)}"
+    pl.params.save(target, workers.values(7))
+    assert _temporaries(target) == [live.name]
+    assert other.is_dir()
+    assert workers.which(pl.params.load(target)) == 7
+
+
+def test_stale_temporaries_are_removed_only_when_their_writer_is_gone(tmp_path):
+    """A leftover is removed when its process id is no live process and its lock is
+    free; one whose writer still holds its lock, or names a live process, stays."""
+    target = tmp_path / "m.safetensors"
+    dead = tmp_path / f".m.safetensors.{_dead_pid()}.00000000.tmp"
+    dead.mkdir()
+    (dead / "m.safetensors").write_bytes(b"partial")
+    mine = tmp_path / f".m.safetensors.{os.getpid()}.11111111.tmp"
+    mine.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    held = tmp_path / f".m.safetensors.{holder.pid}.22222222.tmp"
+    held.mkdir()
+    unrelated = tmp_path / ".m.safetensors.notapid.tmp"
+    unrelated.mkdir()
+    try:
+        assert _atomic.remove_stale(target) == [dead]
+        assert mine.is_dir() and held.is_dir() and unrelated.is_dir()
+    finally:
+        holder.communicate(b"")
+    assert _atomic.remove_stale(target) == [held]
+
+
+def test_two_processes_saving_one_path_leave_one_of_their_checkpoints(tmp_path, ctx):
+    """Two savers racing 30 saves each to one file: the result is one complete
+    checkpoint of one of them (each saver's values are its own: even and odd)."""
+    target = tmp_path / "model.safetensors"
+    go = ctx.Event()
+    children = [
+        ctx.Process(target=workers.save_times, args=(str(target), first, 2, 30, go))
+        for first in (0, 1)
+    ]
+    for c in children:
+        c.start()
+    go.set()
+    for c in children:
+        c.join(120)
+        assert c.exitcode == 0
+    k = workers.which(pl.params.load(target))
+    assert k in (58, 59)
+    assert _temporaries(target) == []
+
+
+# -- file modes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_files_get_the_mode_of_a_plain_file_under_the_umask(tmp_path, mask):
+    old = os.umask(mask)
+    try:
+        plain = tmp_path / "plain"
+        with open(plain, "wb"):
+            pass
+        single = pl.params.save(tmp_path / "m.safetensors", workers.values(1))
+        index = pl.params.save(tmp_path / "sharded", workers.values(1), max_shard_bytes=600 * 1024)
+    finally:
+        os.umask(old)
+    want = stat.S_IMODE(plain.stat().st_mode)
+    assert want == 0o666 & ~mask
+    written = [single, *index.parent.iterdir()]
+    assert len(written) == 4  # the file, two shards, the index
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in written} == {
+        p.name: want for p in written
+    }
+
+
+# -- no aliasing ----------------------------------------------------------------------
+
+
+def test_loaded_params_share_nothing_with_the_source(tmp_path, torch):
+    """Changing the torch tensor, the numpy array or the file after loading leaves the
+    loaded params as they were."""
+    template = {"w": jax.ShapeDtypeStruct((1024,), jnp.float32)}
+    t = torch.zeros(1024)
+    a = np.zeros(1024, np.float32)
+    from_torch = pl.params.load_state_dict(template, {"w": t})
+    from_numpy = pl.params.load_state_dict(template, {"w": a})
+    t.add_(5)
+    a += 5
+    path = pl.params.save(tmp_path / "m.safetensors", {"w": np.zeros(1024, np.float32)})
+    loaded, filled = pl.params.load(path), pl.params.load_into(path, template)
+    (tensor,) = pl._safetensors_io.scan(path)[0].values()
+    with open(path, "r+b") as f:  # overwrite the tensor's bytes in place
+        f.seek(tensor.offset)
+        f.write(np.full(1024, 5, np.float32).tobytes())
+    assert np.all(np.asarray(pl.params.load(path)["w"]) == 5)  # the file did change
+    for got in (from_torch["w"], from_numpy["w"], loaded["w"], filled["w"]):
+        assert np.all(np.asarray(got) == 0)
+
+
+def test_abstract_templates_load_params_and_state(tmp_path):
+    """``pl.params.abstract`` is the documented template: nothing is initialized."""
+    model = L.Sequential(L.Conv2d(4, 3), L.BatchNorm2d(), L.ReLU())
+    params = model.init(jax.random.key(1), (2, 3, 8, 8))
+    state = model.init_state((2, 3, 8, 8))
+    path = pl.params.save(tmp_path / "m.safetensors", params, state)
+    template = pl.params.abstract(model, (2, 3, 8, 8), state=True)
+    assert all(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree.leaves(template))
+    got_params, got_state = pl.params.load_into(path, *template)
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got_params, params))
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got_state, state))
