@@ -157,10 +157,10 @@ def load_sharded(
             flat_out = out.reshape(-1, *block_shape)
             for j, i in enumerate(picked.reshape(-1)):
                 if blocks[i] is not None:
-                    blocks[i].read(rest, dtype, flat_out[j])
+                    blocks[i].read(rest, dtype, flat_out[j, ...])
                 else:  # strict=False: this block keeps the template's value
                     kept = np.asarray(leaf).reshape(-1, *np.shape(leaf)[len(lead) :])[i][rest]
-                    np.copyto(flat_out[j], kept, casting="unsafe")
+                    np.copyto(flat_out[j, ...], kept, casting="unsafe")
             return out
 
         return jax.make_array_from_callback(np.shape(leaf), sharding, read, dtype=dtype)

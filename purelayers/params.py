@@ -187,7 +187,7 @@ def _filler(flat: Mapping[str, Any], source: Mapping[str, str]):
         blocks = out.reshape(-1, *out.shape[len(lead) :])
         for i, n in enumerate(names):
             block = flat[source[n]] if n in source else take_block(leaf, np.unravel_index(i, lead))
-            _owned_copy(block, out.dtype, blocks[i])
+            _owned_copy(block, out.dtype, blocks[i, ...])
         return _place(out, leaf)
 
     return get
