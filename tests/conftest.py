@@ -1,4 +1,4 @@
-"""torch, the golden reference: found, or skipped (suite-wide settings are in the root
+"""torch and transformers, the golden references: found, or skipped (suite-wide settings are in the root
 ``conftest.py``)."""
 
 import os
@@ -7,7 +7,7 @@ import pytest
 
 # a script run in its own process (it sets an 8-device XLA_FLAGS when imported), not a
 # module for --doctest-modules to import
-collect_ignore = ["sharding_scenarios.py"]
+collect_ignore = ["sharding_scenarios.py", "distributed_scenario.py"]
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +22,17 @@ def torch():
         pytest.skip("torch is not installed (set PURELAYERS_REQUIRE_TORCH=1 to fail instead)")
     _torch.manual_seed(0)
     return _torch
+
+
+@pytest.fixture(scope="session")
+def transformers(torch):
+    """Hugging Face transformers, the reference for ``purelayers.models``; skipped or
+    failing where it is missing, as ``torch``."""
+    try:
+        import transformers as _transformers
+    except ImportError:
+        if os.environ.get("PURELAYERS_REQUIRE_TORCH"):
+            raise
+        pytest.skip("transformers is not installed (set PURELAYERS_REQUIRE_TORCH=1 to fail)")
+    _transformers.logging.set_verbosity_error()
+    return _transformers

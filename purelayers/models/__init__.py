@@ -1,0 +1,37 @@
+"""Pretrained models whose params trees are Hugging Face and torchvision checkpoints:
+the dotted names equal the keys of the reference library's ``model.safetensors`` (or
+``state_dict()``), with its layouts, so files load by name with no conversion.
+
+``from_pretrained(folder)`` returns ``(model, params)``; ``save_pretrained(folder,
+model, params)`` writes a folder transformers loads; ``generate`` decodes causal LMs
+with one jitted prefill and one jitted decode step over a fixed-shape cache.
+"""
+
+from purelayers.models._config import Config, Frozen
+from purelayers.models._hub import from_pretrained, save_pretrained
+from purelayers.models.decoding import generate
+from purelayers.models.gpt2 import GPT2Config, GPT2LMHeadModel
+from purelayers.models.llama import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+__all__ = [
+    "Config",
+    "Frozen",
+    "GPT2Config",
+    "GPT2LMHeadModel",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "MistralConfig",
+    "MistralForCausalLM",
+    "Qwen2Config",
+    "Qwen2ForCausalLM",
+    "from_pretrained",
+    "generate",
+    "save_pretrained",
+]

@@ -1,0 +1,177 @@
+"""``from_pretrained`` and ``save_pretrained``: Hugging Face model folders
+(``config.json`` plus ``model.safetensors``, or shards and their index) to and from
+``(model, params)``, by name, with no conversion."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purelayers import _safetensors_io as _io
+from purelayers import params as _params
+
+__all__ = ["MODEL_TYPES", "from_pretrained", "save_pretrained"]
+
+DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # bytes, as transformers' "5GB"
+
+
+def _model_types() -> dict[str, type]:
+    from purelayers.models import bert, gpt2, llama, vit
+
+    return {
+        "gpt2": gpt2.GPT2LMHeadModel,
+        "llama": llama.LlamaForCausalLM,
+        "mistral": llama.MistralForCausalLM,
+        "qwen2": llama.Qwen2ForCausalLM,
+        "bert": bert.BertModel,
+        "vit": vit.ViTModel,
+    }
+
+
+MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "bert", "vit")
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    file = folder / "config.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"from_pretrained: {folder} has no config.json")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"from_pretrained: {file} is not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"from_pretrained: {file} must hold a JSON object")
+    return config
+
+
+def _adapt_names(
+    model: Any, names: list[str], file_names: list[str]
+) -> tuple[dict[str, str], list[str]]:
+    """``{model name: file name}`` for a checkpoint saved from another head of the same
+    base model: with or without the base model's prefix (``transformer.``, ``bert.``),
+    and the names the reference library itself ignores on load (its non-persistent
+    buffers). Returns the mapping and the other file names it leaves out."""
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    ignore = [re.compile(p) for p in getattr(model, "ignore_on_load", ())]
+    kept = [n for n in file_names if not any(p.search(n) for p in ignore)]
+    wanted = set(names)
+    mapping = {}
+    for n in kept:
+        if n in wanted:
+            mapping[n] = n
+        elif prefix != "." and prefix + n in wanted:
+            mapping[prefix + n] = n
+        elif prefix != "." and n.startswith(prefix) and n[len(prefix) :] in wanted:
+            mapping[n[len(prefix) :]] = n
+    used = set(mapping.values())
+    dropped = [n for n in kept if n not in used]
+    return mapping, dropped
+
+
+def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any, Any]:
+    """``(model, params)`` from a Hugging Face model folder.
+
+    The folder holds ``config.json`` and ``model.safetensors`` (or a sharded
+    ``model.safetensors.index.json`` and its shards). The class comes from
+    ``config["model_type"]`` (``gpt2``, ``llama``, ``mistral``, ``qwen2``, ``bert``,
+    ``vit``). Params are read by name (``pl.params.load_state_dict``'s strict rules:
+    every name of the model must be in the file; a tied name may be absent), each
+    tensor copied once from the memory-mapped file into its final dtype; nothing is
+    initialized. A file saved from another head of the same base model loads too: the
+    base model's prefix (``transformer.``, ``model.``, ``bert.``, ``vit.``) is added or
+    dropped as the model's names need, and names outside the model (another head's)
+    are left out, as transformers does.
+
+    Args:
+      path: the folder.
+      dtype: the floating dtype of the params (``jnp.bfloat16``, say). Default
+        ``None``: each tensor keeps the file's dtype.
+    """
+    folder = Path(path)
+    config = _read_config(folder)
+    types = _model_types()
+    model_type = config.get("model_type")
+    if model_type not in types:
+        raise ValueError(
+            f"from_pretrained: {folder / 'config.json'} has model_type {model_type!r}; "
+            f"supported: {', '.join(MODEL_TYPES)}"
+        )
+    cls = types[model_type]
+    model = cls(cls.config_class.from_dict(config))
+    real = _params.abstract(model, model.example_shape())
+    tensors = _io.scan(folder)[0]
+    aliases = model.aliases()
+    mapping, dropped = _adapt_names(model, [*_params.flatten(real), *aliases], list(tensors))
+    if dropped:
+        warnings.warn(
+            f"from_pretrained: {len(dropped)} names of {folder} are not {cls.__name__}'s "
+            f"and were left out: {dropped[:20]}",
+            _params.CheckpointWarning,
+            stacklevel=2,
+        )
+    source = {name: tensors[file_name] for name, file_name in mapping.items()}
+
+    def leaf(names: tuple[str, ...], spec: jax.ShapeDtypeStruct, _: Any) -> Any:
+        if not jnp.issubdtype(spec.dtype, jnp.floating):
+            return spec
+        stored = source.get(names[0])
+        if dtype is not None:
+            want = dtype
+        elif stored is not None and stored.dtype.kind == "f":
+            want = stored.dtype
+        else:
+            want = spec.dtype
+        return jax.ShapeDtypeStruct(spec.shape, want)
+
+    template = _params.fill(real, leaf)
+    return model, _params.load_state_dict(template, source, model=model)
+
+
+def save_pretrained(
+    path: str | os.PathLike,
+    model: Any,
+    params: Any,
+    *,
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+) -> Path:
+    """Write a folder that transformers' ``from_pretrained`` (and ours) loads.
+
+    ``config.json`` (the model's config, ``model_type`` and ``architectures``) and the
+    weights under their Hugging Face names: ``model.safetensors``, or, above
+    ``max_shard_size`` bytes, ``model-0000i-of-0000K.safetensors`` shards and
+    ``model.safetensors.index.json``. Tied weights are written once, under the
+    original's name, as transformers writes them. Returns the folder.
+    """
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    floating = {
+        np.dtype(a.dtype).name
+        for a in jax.tree.leaves(params)
+        if jnp.issubdtype(a.dtype, jnp.floating)
+    }
+    config = {
+        **model.config.to_dict(),
+        "architectures": [type(model).__name__],
+        "dtype": floating.pop() if len(floating) == 1 else "float32",
+    }
+    total = sum(
+        int(np.prod(np.shape(a))) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)
+    )
+    for stale in (folder / _io.SINGLE_NAME, folder / _io.INDEX_NAME):
+        if stale.exists() and (total > max_shard_size) == (stale.name == _io.SINGLE_NAME):
+            stale.unlink()
+    if total > max_shard_size:
+        _params.save(folder, params, model=model, max_shard_bytes=max_shard_size)
+    else:
+        _params.save(folder / _io.SINGLE_NAME, params, model=model)
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    return folder

@@ -1,0 +1,156 @@
+"""``generate``: decoding for the causal LMs, as transformers' ``generate`` does it.
+
+One jitted prefill writes the prompt into a fixed-shape KV cache of ``prompt +
+max_new_tokens`` slots; one jitted decode step then adds a token at a time. Both are
+compiled once per (model, batch, prompt length, cache length) and reused across calls
+and steps (``jax.jit`` with the model as a static argument).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["generate", "sample_logits"]
+
+
+def sample_logits(
+    logits: jax.Array,
+    key: jax.Array | None,
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> jax.Array:
+    """Next tokens ``(batch,)`` from last-position logits ``(batch, vocab)``.
+
+    Greedy (``argmax``) unless ``do_sample``; sampling divides by ``temperature``, keeps
+    the ``top_k`` largest logits, then the smallest set of tokens whose probability
+    reaches ``top_p`` (at least one), and draws from what is left with ``key``: the
+    order and rules of transformers' temperature, top-k and top-p warpers.
+    """
+    logits = logits.astype(jnp.float32)
+    if not do_sample:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits / temperature
+    neg = jnp.finfo(jnp.float32).min
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
+        logits = jnp.where(logits < kth, neg, logits)
+    if top_p is not None and top_p < 1.0:
+        order = jnp.argsort(logits, axis=-1)  # ascending
+        ascending = jnp.take_along_axis(logits, order, axis=-1)
+        cumulative = jnp.cumsum(jax.nn.softmax(ascending, axis=-1), axis=-1)
+        drop = cumulative <= 1 - top_p
+        drop = drop.at[..., -1].set(False)  # the most likely token always stays
+        removed = jnp.zeros_like(drop).at[jnp.arange(drop.shape[0])[:, None], order].set(drop)
+        logits = jnp.where(removed, neg, logits)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _prefill(model, params, ids, slot_mask, cache):
+    logits, cache = model.apply(params, ids, attention_mask=slot_mask, cache=cache)
+    return logits[:, -1], cache
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _decode(model, params, token, slot_mask, cache):
+    logits, cache = model.apply(params, token[:, None], attention_mask=slot_mask, cache=cache)
+    return logits[:, -1], cache
+
+
+_sample = jax.jit(sample_logits, static_argnames=("do_sample", "temperature", "top_k", "top_p"))
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, Sequence) else [value])]
+
+
+def generate(
+    model: Any,
+    params: Any,
+    input_ids: Any,
+    *,
+    max_new_tokens: int,
+    attention_mask: Any = None,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    key: jax.Array | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+) -> jax.Array:
+    """Continue ``input_ids`` ``(batch, prompt)`` by up to ``max_new_tokens`` tokens.
+
+    Returns ``(batch, prompt + n)`` ids, ``n <= max_new_tokens``: greedy by default,
+    sampled with ``do_sample=True`` (``temperature``, ``top_k``, ``top_p``; ``key`` is
+    required, and step ``i`` draws with ``fold_in(key, i)``). ``attention_mask`` (1 =
+    token, 0 = padding) marks a left-padded batch: each row gets the positions and the
+    tokens it would get alone. A row that emits ``eos_token_id`` (default: the
+    config's; an int or a list) is finished: its later tokens are ``pad_token_id``
+    (default: the config's, else the first eos id), and decoding stops once every row
+    has finished, so the result may be shorter, as transformers' ``generate``.
+    """
+    ids = jnp.asarray(input_ids, jnp.int32)
+    if ids.ndim != 2:
+        raise ValueError(f"generate: input_ids must be (batch, prompt), got shape {ids.shape}")
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
+        raise ValueError(f"generate: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if do_sample and key is None:
+        raise ValueError("generate: do_sample=True needs key= (a jax.random key)")
+    if temperature <= 0:
+        raise ValueError(f"generate: temperature must be > 0, got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"generate: top_p must be in (0, 1], got {top_p}")
+    config = model.config
+    eos = _ids(getattr(config, "eos_token_id", None) if eos_token_id is None else eos_token_id)
+    pad = pad_token_id if pad_token_id is not None else getattr(config, "pad_token_id", None)
+    if pad is None and eos:
+        pad = eos[0]
+    b, prompt = ids.shape
+    max_len = prompt + max_new_tokens
+    mask = (
+        jnp.ones((b, prompt), jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
+    )
+    if mask.shape != ids.shape:
+        raise ValueError(
+            f"generate: attention_mask must be shaped like input_ids {ids.shape}, got {mask.shape}"
+        )
+    slot_mask = jnp.concatenate(
+        [mask.astype(jnp.int32), jnp.ones((b, max_new_tokens), jnp.int32)], 1
+    )
+    dtype = jax.tree.leaves(params)[0].dtype
+    cache = model.init_cache(
+        (b, max_len), dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
+    )
+    options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
+    logits, cache = _prefill(model, params, ids, slot_mask, cache)
+    finished = np.zeros(b, bool)
+    out = [np.asarray(ids)]
+    for step in range(max_new_tokens):
+        k = None if key is None else jax.random.fold_in(key, step)
+        token = np.asarray(_sample(logits, k, **options))
+        if eos:
+            token = np.where(finished, pad, token)
+            finished |= np.isin(token, eos)
+        out.append(token[:, None].astype(np.int32))
+        if finished.all() or step == max_new_tokens - 1:
+            break
+        logits, cache = _decode(model, params, jnp.asarray(token, jnp.int32), slot_mask, cache)
+    return jnp.asarray(np.concatenate(out, axis=1))

@@ -1,0 +1,395 @@
+"""Llama, Mistral and Qwen2 (``transformers.LlamaForCausalLM``, ``MistralForCausalLM``,
+``Qwen2ForCausalLM``) under Hugging Face's names and layouts.
+
+RMSNorm (float32 statistics), rotate-half RoPE at ``rope_theta`` (and the ``llama3``
+rope scaling), grouped-query attention with any ``head_dim``, a SwiGLU MLP
+(``gate_proj``, ``up_proj``, ``down_proj``), ``attention_bias``/``mlp_bias``, a tied or
+untied ``lm_head``; Qwen2's q/k/v biases; Mistral's ``sliding_window``. Names:
+``model.embed_tokens.weight``, ``model.layers.0.self_attn.q_proj.weight``, ...,
+``model.layers.0.mlp.gate_proj.weight``, ``model.layers.0.input_layernorm.weight``,
+``model.layers.0.post_attention_layernorm.weight``, ``model.norm.weight``,
+``lm_head.weight``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers import init as _init
+from purelayers.layers import (
+    Attention,
+    AttentionCore,
+    Embedding,
+    Layer,
+    LayerError,
+    Linear,
+    Repeat,
+    RMSNorm,
+    RotaryEmbedding,
+)
+from purelayers.layers._checks import as_shape
+from purelayers.models._causal import CausalLM, positions_and_mask
+from purelayers.models._config import Config
+
+__all__ = [
+    "Llama3RotaryEmbedding",
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    "MistralConfig",
+    "MistralForCausalLM",
+    "Qwen2Config",
+    "Qwen2ForCausalLM",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3RotaryEmbedding(RotaryEmbedding):
+    """RoPE with Llama 3.1's frequency scaling (``rope_type="llama3"``): wavelengths
+    longer than ``original_max_position_embeddings / low_freq_factor`` are divided by
+    ``factor``, shorter than ``... / high_freq_factor`` kept, and the band between
+    interpolated smoothly, as transformers' ``_compute_llama3_parameters``."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def inv_freq(self, dim: int, dtype: Any) -> jax.Array:
+        inv = super().inv_freq(dim, jnp.float32)
+        old = self.original_max_position_embeddings
+        low_wavelen = old / self.low_freq_factor
+        high_wavelen = old / self.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = jnp.where(wavelen > low_wavelen, inv / self.factor, inv)
+        smooth = (old / wavelen - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / self.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return jnp.where(medium, smoothed, scaled).astype(dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig(Config):
+    """``transformers.LlamaConfig``'s fields and defaults (the ones the model uses).
+
+    RoPE comes from transformers v5's ``rope_parameters`` (``{"rope_type": "default" |
+    "llama3", "rope_theta": ..., ...}``) or, as v4 wrote it, ``rope_theta`` and
+    ``rope_scaling``.
+    """
+
+    model_type: ClassVar[str] = "llama"
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 2048
+    initializer_range: float = 0.02
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    rope_theta: float = 10000.0
+    rope_scaling: Mapping[str, Any] | None = None
+    rope_parameters: Mapping[str, Any] | None = None
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    mlp_bias: bool = False
+    bos_token_id: int | None = 1
+    eos_token_id: Any = 2
+    pad_token_id: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        name = type(self).__name__
+        for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: {field} must be a positive int, got {value!r}")
+        if self.hidden_act != "silu":
+            raise ValueError(f"{name}: hidden_act must be 'silu', got {self.hidden_act!r}")
+        heads, kv = self.num_attention_heads, self.kv_heads
+        if heads % kv:
+            raise ValueError(
+                f"{name}: num_key_value_heads={kv} must divide num_attention_heads={heads}"
+            )
+        if self.head_dim is None and self.hidden_size % heads:
+            raise ValueError(
+                f"{name}: hidden_size={self.hidden_size} must be divisible by "
+                f"num_attention_heads={heads} when head_dim is not given"
+            )
+        self.rope()  # validates the rope settings
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    def rope(self) -> RotaryEmbedding:
+        """The rotary embedding the config describes."""
+        params = dict(self.rope_parameters or {})
+        if not params:
+            params = {"rope_theta": self.rope_theta, **dict(self.rope_scaling or {})}
+        kind = params.get("rope_type", params.get("type", "default"))
+        theta = float(params.get("rope_theta", self.rope_theta))
+        if kind == "default":
+            return RotaryEmbedding(theta)
+        if kind == "llama3":
+            return Llama3RotaryEmbedding(
+                theta,
+                factor=float(params["factor"]),
+                low_freq_factor=float(params["low_freq_factor"]),
+                high_freq_factor=float(params["high_freq_factor"]),
+                original_max_position_embeddings=int(params["original_max_position_embeddings"]),
+            )
+        raise ValueError(
+            f"{type(self).__name__}: rope_type must be 'default' or 'llama3', got {kind!r}"
+        )
+
+    @property
+    def window(self) -> int | None:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class MistralConfig(LlamaConfig):
+    """``transformers.MistralConfig``: Llama's fields, ``sliding_window`` (keys at most
+    ``sliding_window - 1`` slots before the query; ``None``: full attention)."""
+
+    model_type: ClassVar[str] = "mistral"
+    intermediate_size: int = 14336
+    num_key_value_heads: int | None = 8
+    max_position_embeddings: int = 131072
+    sliding_window: int | None = 4096
+
+    @property
+    def window(self) -> int | None:
+        return self.sliding_window
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen2Config(LlamaConfig):
+    """``transformers.Qwen2Config``: Llama's fields; q/k/v projections carry biases.
+    Sliding-window layers (``use_sliding_window=True``) are not supported."""
+
+    model_type: ClassVar[str] = "qwen2"
+    vocab_size: int = 151936
+    intermediate_size: int = 22016
+    max_position_embeddings: int = 32768
+    use_sliding_window: bool = False
+    sliding_window: int | None = None
+    max_window_layers: int = 28
+    bos_token_id: int | None = None
+    eos_token_id: Any = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.use_sliding_window:
+            raise ValueError("Qwen2Config: use_sliding_window=True is not supported")
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaMLP(Layer):
+    """``down_proj(silu(gate_proj(x)) * up_proj(x))``."""
+
+    gate_proj: Layer
+    up_proj: Layer
+    down_proj: Layer
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict[str, Any]:
+        shape = as_shape(shape)
+        gate = self.gate_proj.init(jax.random.fold_in(key, 0), shape, dtype)
+        hidden = (*shape[:-1], jnp.shape(gate["weight"])[0])
+        return {
+            "gate_proj": gate,
+            "up_proj": self.up_proj.init(jax.random.fold_in(key, 1), shape, dtype),
+            "down_proj": self.down_proj.init(jax.random.fold_in(key, 2), hidden, dtype),
+        }
+
+    def apply(self, params, x, *, key=None, train=False):
+        gate = jax.nn.silu(self.call("gate_proj", params, x))
+        return self.call("down_proj", params, gate * self.call("up_proj", params, x))
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaDecoderLayer(Layer):
+    """``h = x + self_attn(input_layernorm(x))``; ``h + mlp(post_attention_layernorm(h))``."""
+
+    self_attn: Attention
+    mlp: LlamaMLP
+    input_layernorm: Layer
+    post_attention_layernorm: Layer
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict[str, Any]:
+        return {
+            name: child.init(jax.random.fold_in(key, i), shape, dtype)
+            for i, (name, child) in enumerate(self.children().items())
+        }
+
+    def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
+        return self.self_attn.init_cache(shape, dtype)
+
+    def apply(self, params, x, *, mask=None, positions=None, cache=None, key=None, train=False):
+        h = self.call("input_layernorm", params, x)
+        a = self.call(
+            "self_attn",
+            params,
+            h,
+            mask=mask,
+            positions=positions,
+            cache=cache,
+            key=key,
+            train=train,
+        )
+        a, cache = a if cache is not None else (a, None)
+        x = x + a
+        x = x + self.call("mlp", params, self.call("post_attention_layernorm", params, x))
+        return x if cache is None else (x, cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaModel(Layer):
+    """``transformers.LlamaModel``: ``embed_tokens``, ``layers``, ``norm``."""
+
+    config: LlamaConfig
+    qkv_bias: bool = False
+
+    def __post_init__(self):
+        c = self.config
+        std = _init.normal(std=c.initializer_range)
+
+        def linear(width: int, bias: bool) -> Linear:
+            return Linear(width, bias=bias, weight_init=std, bias_init=_init.zeros())
+
+        hd, kv = c.dim_per_head, c.kv_heads
+        qkv_bias = self.qkv_bias or c.attention_bias
+        attn = Attention(
+            linear(c.num_attention_heads * hd, qkv_bias),
+            linear(kv * hd, qkv_bias),
+            linear(kv * hd, qkv_bias),
+            linear(c.hidden_size, c.attention_bias),
+            AttentionCore(
+                c.num_attention_heads,
+                num_kv_heads=kv,
+                causal=True,
+                dropout=c.attention_dropout,
+                rope=c.rope(),
+            ),
+        )
+        mlp = LlamaMLP(
+            linear(c.intermediate_size, c.mlp_bias),
+            linear(c.intermediate_size, c.mlp_bias),
+            linear(c.hidden_size, c.mlp_bias),
+        )
+        norm = RMSNorm(eps=c.rms_norm_eps)
+        parts = {
+            "embed_tokens": Embedding(c.vocab_size, c.hidden_size, weight_init=std),
+            "layers": Repeat(LlamaDecoderLayer(attn, mlp, norm, norm), c.num_hidden_layers),
+            "norm": norm,
+        }
+        object.__setattr__(self, "_parts", parts)
+
+    def children(self) -> dict[str, Layer]:
+        return dict(self._parts)
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict[str, Any]:
+        b, t = as_shape(shape)[:2]
+        hidden = (b, t, self.config.hidden_size)
+        return {
+            name: child.init(jax.random.fold_in(key, i), (b, t) if i == 0 else hidden, dtype)
+            for i, (name, child) in enumerate(self._parts.items())
+        }
+
+    def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> Any:
+        b, max_len = as_shape(shape)
+        return self._parts["layers"].init_cache((b, max_len, self.config.hidden_size), dtype)
+
+    def apply(
+        self,
+        params,
+        input_ids,
+        *,
+        attention_mask=None,
+        position_ids=None,
+        cache=None,
+        key=None,
+        train=False,
+    ):
+        name = type(self.config).__name__.replace("Config", "Model")
+        ids = jnp.asarray(input_ids)
+        if ids.ndim != 2:
+            raise LayerError(name, "input_ids must be (batch, seq);", 2, ids.ndim)
+        offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"][0]
+        slots = ids.shape[1] if cache is None else cache["keys"].shape[2]
+        positions, mask = positions_and_mask(
+            name, ids, attention_mask, position_ids, offset, slots, self.config.window
+        )
+        h = self.call("embed_tokens", params, ids)
+        out = self.call(
+            "layers",
+            params,
+            h,
+            mask=mask,
+            positions=positions,
+            cache=cache,
+            key=key,
+            train=train,
+        )
+        h, cache = out if cache is not None else (out, None)
+        h = self.call("norm", params, h)
+        return h if cache is None else (h, cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaForCausalLM(CausalLM):
+    """``transformers.LlamaForCausalLM``: ``model`` plus ``lm_head`` (tied to
+    ``model.embed_tokens.weight`` with ``tie_word_embeddings=True``).
+
+    ``init(key, (batch, seq))``; ``apply(params, input_ids, *, attention_mask=None,
+    position_ids=None, cache=None, key=None, train=False)`` returns logits ``(batch,
+    seq, vocab_size)`` (see ``CausalLM``).
+    """
+
+    config: LlamaConfig
+    config_class: ClassVar[type] = LlamaConfig
+    base_model_prefix: ClassVar[str] = "model"
+    embedding_name: ClassVar[str] = "embed_tokens.weight"
+    ignore_on_load: ClassVar[tuple[str, ...]] = (r"\.rotary_emb\.inv_freq$",)
+    qkv_bias: ClassVar[bool] = False
+
+    def build(self) -> dict[str, Layer]:
+        c = self.config
+        head = Linear(c.vocab_size, bias=False, weight_init=_init.normal(std=c.initializer_range))
+        return {"model": LlamaModel(c, self.qkv_bias), "lm_head": head}
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+
+@dataclasses.dataclass(frozen=True)
+class MistralForCausalLM(LlamaForCausalLM):
+    """``transformers.MistralForCausalLM``: Llama with a sliding attention window."""
+
+    config: MistralConfig
+    config_class: ClassVar[type] = MistralConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen2ForCausalLM(LlamaForCausalLM):
+    """``transformers.Qwen2ForCausalLM``: Llama with biases on q/k/v."""
+
+    config: Qwen2Config
+    config_class: ClassVar[type] = Qwen2Config
+    qkv_bias: ClassVar[bool] = True

@@ -1,0 +1,281 @@
+"""GPT-2, Llama, Mistral and Qwen2 against transformers: names and order, logits and
+gradients on a left-padded batch, cached decoding, ``generate``, and Hugging Face
+folders both ways. Every parameter of the reference is randomized."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import models as M
+from purelayers.models import decoding as G
+from purelayers.models import gpt2, llama
+
+VOCAB = 37
+TINY_LLAMA = dict(
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    intermediate_size=24,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+)
+LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+
+def _reference(torch, transformers, kind: str, **overrides):
+    """A tiny transformers model with every parameter drawn from N(0, 0.5^2) (its
+    buffers, such as RoPE's inv_freq, keep their computed values)."""
+    if kind == "gpt2":
+        config = transformers.GPT2Config(
+            n_embd=16, n_layer=2, n_head=2, vocab_size=VOCAB, n_positions=32, **overrides
+        )
+        cls = transformers.GPT2LMHeadModel
+    else:
+        name = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}[kind]
+        config = getattr(transformers, f"{name}Config")(**{**TINY_LLAMA, **overrides})
+        cls = getattr(transformers, f"{name}ForCausalLM")
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    hf = cls(config).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return hf
+
+
+def _ours(hf):
+    model = {
+        "gpt2": gpt2.GPT2LMHeadModel,
+        "llama": llama.LlamaForCausalLM,
+        "mistral": llama.MistralForCausalLM,
+        "qwen2": llama.Qwen2ForCausalLM,
+    }[hf.config.model_type]
+    model = model(model.config_class.from_dict(hf.config.to_dict()))
+    params = pl.params.load_state_dict(
+        pl.params.abstract(model, (1, 1)), hf.state_dict(), model=model
+    )
+    return model, params
+
+
+def _batch():
+    """Two rows, the second left-padded by three."""
+    ids = np.random.default_rng(0).integers(6, VOCAB, (2, 9))
+    mask = np.ones((2, 9), np.int64)
+    mask[1, :3] = 0
+    ids[1, :3] = 0
+    return ids, mask
+
+
+CASES = {
+    "gpt2": ("gpt2", {}),
+    "llama-llama3-rope-biases": (
+        "llama",
+        dict(rope_parameters=LLAMA3, attention_bias=True, mlp_bias=True),
+    ),
+    "llama-tied": ("llama", dict(tie_word_embeddings=True)),
+    "mistral-window": ("mistral", dict(sliding_window=3)),
+    "qwen2": ("qwen2", {}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_names_logits_and_gradients_match_transformers(torch, transformers, case):
+    """Names in transformers' order; logits of a left-padded batch (positions from the
+    mask, as generate computes them) and the gradients of every parameter by name."""
+    kind, overrides = CASES[case]
+    hf = _reference(torch, transformers, kind, **overrides)
+    model, params = _ours(hf)
+    tied = {"lm_head.weight"} if hf.config.tie_word_embeddings else set()
+    fresh = model.init(jax.random.key(0), (1, 1))
+    assert list(pl.params.flatten(fresh)) == [k for k in hf.state_dict() if k not in tied]
+    ids, mask = _batch()
+    keep = mask.astype(bool)
+    cot = np.random.default_rng(2).standard_normal((*ids.shape, VOCAB)).astype(np.float32)
+    cot *= keep[..., None]
+
+    def loss(p):
+        logits = model.apply(p, ids, attention_mask=mask)
+        return jnp.sum(logits * cot), logits
+
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    positions = np.where(keep, np.cumsum(mask, 1) - 1, 0)
+    out = hf(
+        torch.tensor(ids), attention_mask=torch.tensor(mask), position_ids=torch.tensor(positions)
+    ).logits
+    (out * torch.tensor(cot)).sum().backward()
+    np.testing.assert_allclose(np.asarray(logits)[keep], out.detach().numpy()[keep], atol=2e-5)
+    ours = pl.params.flatten(grads)
+    for name, p in hf.named_parameters():
+        np.testing.assert_allclose(
+            np.asarray(ours[name]), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name
+        )
+
+
+@pytest.mark.parametrize("case", ["gpt2", "mistral-window"])
+def test_cached_decoding_equals_the_full_forward(torch, transformers, case):
+    """A prompt prefilled into the cache, then one token at a time: the logits of the
+    whole left-padded sequence at once."""
+    kind, overrides = CASES[case]
+    model, params = _ours(_reference(torch, transformers, kind, **overrides))
+    ids, mask = _batch()
+    full = model.apply(params, ids, attention_mask=mask)
+    cache = model.init_cache((2, 12))
+    slots = np.concatenate([mask, np.ones((2, 3), np.int64)], 1)
+    step = jax.jit(lambda p, x, c: model.apply(p, x, attention_mask=slots, cache=c))
+    logits, cache = step(params, ids[:, :6], cache)
+    got = [logits]
+    for t in range(6, 9):
+        logits, cache = step(params, ids[:, t : t + 1], cache)
+        got.append(logits)
+    got = np.concatenate([np.asarray(g) for g in got], 1)
+    keep = mask.astype(bool)
+    np.testing.assert_allclose(got[keep], np.asarray(full)[keep], atol=2e-5)
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama-tied"])
+def test_greedy_generate_equals_transformers_on_a_left_padded_batch(torch, transformers, case):
+    """Greedy tokens of transformers' generate, with eos and pad handling, and the
+    decode step compiled once for all the steps."""
+    kind, overrides = CASES[case]
+    hf = _reference(torch, transformers, kind, **overrides)
+    model, params = _ours(hf)
+    ids, mask = _batch()
+    want = hf.generate(
+        torch.tensor(ids),
+        attention_mask=torch.tensor(mask),
+        max_new_tokens=8,
+        do_sample=False,
+        eos_token_id=7,
+        pad_token_id=0,
+    ).numpy()
+    before = G._decode._cache_size()
+    got = M.generate(
+        model, params, ids, attention_mask=mask, max_new_tokens=8, eos_token_id=7, pad_token_id=0
+    )
+    assert G._decode._cache_size() - before <= 1
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_an_eos_in_every_row_stops_early_and_pads_finished_rows(torch, transformers):
+    """With eos set to each row's first greedy token, the row is finished at once:
+    generation stops after one step and the result is one token longer."""
+    model, params = _ours(_reference(torch, transformers, "gpt2"))
+    ids, mask = _batch()
+    first = np.asarray(M.generate(model, params, ids, attention_mask=mask, max_new_tokens=1))[:, -1]
+    got = M.generate(
+        model,
+        params,
+        ids,
+        attention_mask=mask,
+        max_new_tokens=6,
+        eos_token_id=[int(t) for t in first],
+        pad_token_id=0,
+    )
+    assert got.shape == (2, 10)
+    np.testing.assert_array_equal(np.asarray(got)[:, -1], first)
+
+
+def test_sampling_rules():
+    """Top-k keeps the k largest, top-p the smallest set reaching p, temperature
+    scales; the same key draws the same tokens."""
+    logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]]))
+    keys = jax.random.split(jax.random.key(0), 200)
+    draw = jax.vmap(lambda k, **kw: G.sample_logits(logits, k, do_sample=True, **kw))
+    top2 = np.asarray(jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, top_k=2))(keys))
+    assert set(top2[:, 0]) == {2, 3}
+    assert set(top2[:, 1]) <= {0, 1, 2, 3} and 0 in set(top2[:, 1])
+    # top_p=0.5: row 0 keeps {3, 2} (0.4 alone < 0.5), row 1 keeps {0} (0.7 >= 0.5)
+    nucleus = np.asarray(
+        jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, top_p=0.5))(keys)
+    )
+    assert set(nucleus[:, 0]) == {2, 3} and set(nucleus[:, 1]) == {0}
+    cold = np.asarray(
+        jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, temperature=1e-3))(keys)
+    )
+    assert (cold == np.array([3, 0])).all()
+    del draw
+    same = G.sample_logits(logits, keys[0], do_sample=True)
+    assert (np.asarray(same) == np.asarray(G.sample_logits(logits, keys[0], do_sample=True))).all()
+    with pytest.raises(ValueError, match="do_sample=True needs key="):
+        M.generate(None, None, np.zeros((1, 2), np.int32), max_new_tokens=2, do_sample=True)
+
+
+def test_hugging_face_folders_both_ways(torch, transformers, tmp_path):
+    """transformers' save_pretrained (one file, and sharded) loads with our
+    from_pretrained, ours loads with transformers', and logits agree."""
+    hf = _reference(torch, transformers, "qwen2")
+    hf.save_pretrained(tmp_path / "hf")
+    hf.save_pretrained(tmp_path / "hf-sharded", max_shard_size="20KB")
+    assert (tmp_path / "hf-sharded" / "model.safetensors.index.json").is_file()
+    ids, _ = _batch()
+    want = hf(torch.tensor(ids[:1])).logits.detach().numpy()
+    for folder in ("hf", "hf-sharded"):
+        model, params = M.from_pretrained(tmp_path / folder)
+        assert isinstance(model, llama.Qwen2ForCausalLM)
+        np.testing.assert_allclose(np.asarray(model.apply(params, ids[:1])), want, atol=2e-5)
+    M.save_pretrained(tmp_path / "ours", model, params)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours").eval()
+    np.testing.assert_allclose(back(torch.tensor(ids[:1])).logits.detach().numpy(), want, atol=2e-5)
+    M.save_pretrained(tmp_path / "ours-sharded", model, params, max_shard_size=20_000)
+    assert (tmp_path / "ours-sharded" / "model.safetensors.index.json").is_file()
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours-sharded").eval()
+    np.testing.assert_allclose(
+        again(torch.tensor(ids[:1])).logits.detach().numpy(), want, atol=2e-5
+    )
+    bf16 = M.from_pretrained(tmp_path / "ours", dtype=jnp.bfloat16)[1]
+    assert {a.dtype for a in jax.tree.leaves(bf16)} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_gpt2_from_a_base_model_file_with_its_buffers(torch, transformers, tmp_path):
+    """A GPT-2 folder as the hub's gpt2 is: names without ``transformer.`` and the old
+    ``attn.bias``/``attn.masked_bias`` buffers. It loads, with the head tied."""
+    hf = _reference(torch, transformers, "gpt2")
+    hf.save_pretrained(tmp_path)
+    from safetensors.numpy import load_file, save_file
+
+    flat = load_file(tmp_path / "model.safetensors")
+    base = {k.removeprefix("transformer."): v for k, v in flat.items() if k != "lm_head.weight"}
+    base["h.0.attn.bias"] = np.tril(np.ones((1, 1, 32, 32), np.float32))
+    base["h.0.attn.masked_bias"] = np.array(-1e4, np.float32)
+    save_file(base, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    model, params = M.from_pretrained(tmp_path)
+    assert isinstance(model, gpt2.GPT2LMHeadModel)
+    ids, _ = _batch()
+    want = hf(torch.tensor(ids)).logits.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, atol=2e-5)
+
+
+def test_configs_round_trip_and_unknown_models_are_named(transformers, tmp_path):
+    hf = transformers.LlamaConfig(**TINY_LLAMA, rope_parameters=LLAMA3)
+    config = llama.LlamaConfig.from_dict(hf.to_dict())
+    assert hash(config) == hash(llama.LlamaConfig.from_dict(hf.to_dict()))
+    assert config.rope() == llama.Llama3RotaryEmbedding(
+        500000.0, factor=8.0, original_max_position_embeddings=16
+    )
+    assert (
+        transformers.LlamaConfig.from_dict(config.to_dict()).rope_parameters["rope_type"]
+        == "llama3"
+    )
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(
+        ValueError, match="model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit"
+    ):
+        M.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="GPT2Config: n_embd=10 must be divisible by n_head=3"):
+        gpt2.GPT2Config(n_embd=10, n_head=3)
