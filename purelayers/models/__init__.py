@@ -9,6 +9,7 @@ with one jitted prefill and one jitted decode step over a fixed-shape cache.
 
 from purelayers.models._config import Config, Frozen
 from purelayers.models._hub import from_pretrained, save_pretrained
+from purelayers.models.bert import BertConfig, BertModel
 from purelayers.models.decoding import generate
 from purelayers.models.gpt2 import GPT2Config, GPT2LMHeadModel
 from purelayers.models.llama import (
@@ -19,8 +20,11 @@ from purelayers.models.llama import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
+    "BertConfig",
+    "BertModel",
     "Config",
     "Frozen",
     "GPT2Config",
@@ -31,6 +35,8 @@ __all__ = [
     "MistralForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
+    "ViTConfig",
+    "ViTModel",
     "from_pretrained",
     "generate",
     "save_pretrained",

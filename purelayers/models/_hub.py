@@ -117,7 +117,8 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any,
             _params.CheckpointWarning,
             stacklevel=2,
         )
-    source = {name: tensors[file_name] for name, file_name in mapping.items()}
+    source: dict[str, Any] = {name: tensors[file_name] for name, file_name in mapping.items()}
+    source.update(_initialized_anew(model, real, source, aliases, folder))
 
     def leaf(names: tuple[str, ...], spec: jax.ShapeDtypeStruct, _: Any) -> Any:
         if not jnp.issubdtype(spec.dtype, jnp.floating):
@@ -133,6 +134,34 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any,
 
     template = _params.fill(real, leaf)
     return model, _params.load_state_dict(template, source, model=model)
+
+
+def _initialized_anew(
+    model: Any, real: Any, source: dict[str, Any], aliases: dict[str, str], folder: Path
+) -> dict[str, Any]:
+    """Fresh values for the names a file may lack (``model.optional_on_load``: a BERT
+    pooler that a masked-LM head never had), drawn by ``init``; jitted so that only
+    those arrays are computed. Other missing names are left for the strict load to
+    report."""
+    optional = [re.compile(p) for p in getattr(model, "optional_on_load", ())]
+    wanted = [
+        n
+        for n in _params.flatten(real)
+        if n not in source
+        and not any(a in source and o == n for a, o in aliases.items())
+        and any(p.search(n) for p in optional)
+    ]
+    if not wanted:
+        return {}
+    warnings.warn(
+        f"from_pretrained: {folder} has no {wanted}; they are initialized anew "
+        "(train them before use)",
+        _params.CheckpointWarning,
+        stacklevel=3,
+    )
+    shape = model.example_shape()
+    pick = jax.jit(lambda k: {n: _params.flatten(model.init(k, shape))[n] for n in wanted})
+    return pick(jax.random.key(0))
 
 
 def save_pretrained(
