@@ -20,11 +20,14 @@ from purelayers.models.llama import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
+    "BasicBlock",
     "BertConfig",
     "BertModel",
+    "Bottleneck",
     "Config",
     "Frozen",
     "GPT2Config",
@@ -35,9 +38,13 @@ __all__ = [
     "MistralForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
+    "ResNet",
     "ViTConfig",
     "ViTModel",
     "from_pretrained",
     "generate",
+    "resnet18",
+    "resnet34",
+    "resnet50",
     "save_pretrained",
 ]
