@@ -54,10 +54,16 @@ TESTED_ELSEWHERE = {
     "_safetensors_io.py": (12, "tests/test_checkpoint.py (fuzzed files, each error matched)"),
     "_sharded_io.py": (2, "tests/test_checkpoint.py and tests/test_params.py"),
     "sharding.py": (19, "tests/test_sharding.py"),
+    "models/bert.py": (14, "tests/models/test_bert.py"),
+    "models/vit.py": (11, "tests/models/test_vit.py"),
+    "models/resnet.py": (12, "tests/models/test_resnet.py"),
 }
 
 # Sites no public call can reach, by (file, function): internal invariants.
-UNREACHABLE: dict[tuple[str, str], str] = {}
+UNREACHABLE: dict[tuple[str, str], str] = {
+    ("models/_causal.py", "CausalLM.build"): "abstract: every model class overrides it",
+    ("models/_causal.py", "CausalLM.hidden_size"): "abstract: every model class overrides it",
+}
 
 KEY = jax.random.key(0)
 
@@ -249,6 +255,60 @@ def _truncated() -> pathlib.Path:
 
 # (id, trigger, exception type, message regex)
 # fmt: off
+
+# -- purelayers.models ----------------------------------------------------------------
+
+def _gpt2(**overrides):
+    from purelayers import models as M
+
+    config = dict(vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2)
+    return M.GPT2LMHeadModel(M.GPT2Config(**{**config, **overrides}))
+
+
+def _llama():
+    from purelayers import models as M
+
+    return M.LlamaForCausalLM(M.LlamaConfig(
+        vocab_size=11, hidden_size=8, intermediate_size=12, num_hidden_layers=1,
+        num_attention_heads=2))
+
+
+def _lm_apply(model, ids, **kwargs):
+    """The model's decoder (``transformer``, ``model``) applied, traced abstractly."""
+    (decoder,) = [c for n, c in model.children().items() if n != "lm_head"]
+    return jax.eval_shape(
+        lambda p: decoder.apply(p, ids, **kwargs), pl.params.abstract(decoder, (1, 1))
+    )
+
+
+def _generate(**kwargs):
+    from purelayers import models as M
+
+    model = _gpt2()
+    params = pl.params.abstract(model, (1, 1))
+    args = {"max_new_tokens": 2, **kwargs}
+    ids = args.pop("ids", np.zeros((1, 3), np.int32))
+    return M.generate(model, params, ids, **args)
+
+
+def _folder(config=None, text=None, weights=None):
+    """A model folder holding ``config.json`` (a dict, or raw text) and weights."""
+    folder = _tmp()
+    if text is not None or config is not None:
+        (folder / "config.json").write_text(text if text is not None else __import__("json").dumps(config))
+    if weights is not None:
+        pl.params.save(folder / "model.safetensors", weights)
+    return folder
+
+
+def _from_pretrained(folder):
+    from purelayers import models as M
+
+    return M.from_pretrained(folder)
+
+
+_GPT2_JSON = dict(model_type="gpt2", vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2)
+
 CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     # -- core: containers and paths ----------------------------------------------------
     ("layer-apply-undefined", lambda: L.Layer().apply({}, 1.0), NotImplementedError,
@@ -825,6 +885,66 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^TransformerBlock: attn must be a Layer or None, got 'mha'$"),
     ("swiglu-odd", lambda: L.SwiGLU().apply({}, jnp.zeros((2, 3))), LayerError,
      r"^SwiGLU: input last axis expected an even width, got 3$"),
+    ("lm-mask-shape", lambda: _lm_apply(_gpt2(), np.zeros((2, 3), np.int32), attention_mask=np.ones((2, 4))),
+     LayerError, r"^GPT2Model: attention_mask must be \(batch, keys\).*expected \(2, 3\), got \(2, 4\)"),
+    ("lm-position-ids-shape", lambda: _lm_apply(_gpt2(), np.zeros((2, 3), np.int32), position_ids=np.zeros((2, 4), np.int32)),
+     LayerError, r"GPT2Model: position_ids shape expected \(2, 3\), got \(2, 4\)"),
+    ("lm-dropout-needs-key", lambda: _lm_apply(_gpt2(embd_pdrop=0.5), np.zeros((1, 3), np.int32), train=True),
+     LayerError, r"dropout"),
+    ("lm-config-type", lambda: __import__("purelayers.models", fromlist=["x"]).GPT2LMHeadModel({"n_embd": 8}),
+     TypeError, r"^GPT2LMHeadModel: config must be a GPT2Config, got dict$"),
+    ("lm-ids-rank", lambda: _lm_apply(_gpt2(), np.zeros((3,), np.int32)), LayerError,
+     r"GPT2Model: input_ids must be \(batch, seq\); expected 2, got 1"),
+    ("llama-ids-rank", lambda: _lm_apply(_llama(), np.zeros((3,), np.int32)), LayerError,
+     r"LlamaModel: input_ids must be \(batch, seq\); expected 2, got 1"),
+    ("gpt2-cache-too-long", lambda: _gpt2().init_cache((1, 9)), LayerError,
+     r"GPT2Model: init_cache max_len at most n_positions expected 8, got 9"),
+    ("config-from-dict-type", lambda: __import__("purelayers.models", fromlist=["x"]).GPT2Config.from_dict([1]),
+     TypeError, r"^GPT2Config\.from_dict: expected a dict, got list$"),
+    ("config-from-dict-model-type", lambda: __import__("purelayers.models", fromlist=["x"]).GPT2Config.from_dict({"model_type": "bert"}),
+     ValueError, r"^GPT2Config\.from_dict: model_type is 'bert', expected 'gpt2'$"),
+    ("gpt2-config-int", lambda: _gpt2(n_layer=0), ValueError, r"^GPT2Config: n_layer must be a positive int, got 0$"),
+    ("gpt2-config-heads", lambda: _gpt2(n_head=3), ValueError, r"^GPT2Config: n_embd=8 must be divisible by n_head=3$"),
+    ("gpt2-config-activation", lambda: _gpt2(activation_function="swish"), ValueError,
+     r"^GPT2Config: activation_function must be one of .*got 'swish'$"),
+    ("gpt2-config-unsupported", lambda: _gpt2(reorder_and_upcast_attn=True), ValueError,
+     r"^GPT2Config: scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn are not supported$"),
+    ("llama-config-int", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_size=-1), ValueError,
+     r"^LlamaConfig: hidden_size must be a positive int, got -1$"),
+    ("llama-config-act", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_act="gelu"), ValueError,
+     r"^LlamaConfig: hidden_act must be 'silu', got 'gelu'$"),
+    ("llama-config-kv", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(num_key_value_heads=5), ValueError,
+     r"^LlamaConfig: num_key_value_heads=5 must divide num_attention_heads=32$"),
+    ("llama-config-width", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_size=100), ValueError,
+     r"^LlamaConfig: hidden_size=100 must be divisible by num_attention_heads=32 when head_dim is not given$"),
+    ("llama-config-rope", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(rope_parameters={"rope_type": "yarn", "factor": 4.0}), ValueError,
+     r"^LlamaConfig: rope_type must be 'default' or 'llama3', got 'yarn'$"),
+    ("qwen2-sliding", lambda: __import__("purelayers.models", fromlist=["x"]).Qwen2Config(use_sliding_window=True), ValueError,
+     r"^Qwen2Config: use_sliding_window=True is not supported$"),
+    ("generate-ids-rank", lambda: _generate(ids=np.zeros(3, np.int32)), ValueError,
+     r"^generate: input_ids must be \(batch, prompt\), got shape \(3,\)$"),
+    ("generate-max-new-tokens", lambda: _generate(max_new_tokens=0), ValueError,
+     r"^generate: max_new_tokens must be a positive int, got 0$"),
+    ("generate-needs-key", lambda: _generate(do_sample=True), ValueError,
+     r"^generate: do_sample=True needs key= \(a jax\.random key\)$"),
+    ("generate-temperature", lambda: _generate(temperature=0.0), ValueError,
+     r"^generate: temperature must be > 0, got 0\.0$"),
+    ("generate-top-k", lambda: _generate(top_k=0), ValueError, r"^generate: top_k must be a positive int or None, got 0$"),
+    ("generate-top-p", lambda: _generate(top_p=1.5), ValueError, r"^generate: top_p must be in \(0, 1\], got 1\.5$"),
+    ("generate-mask-shape", lambda: _generate(attention_mask=np.ones((1, 4))), ValueError,
+     r"^generate: attention_mask must be shaped like input_ids \(1, 3\), got \(1, 4\)$"),
+    ("from-pretrained-no-config", lambda: _from_pretrained(_folder()), FileNotFoundError,
+     r"^from_pretrained: .* has no config\.json$"),
+    ("from-pretrained-bad-json", lambda: _from_pretrained(_folder(text="{")), ValueError,
+     r"^from_pretrained: .*config\.json is not valid JSON"),
+    ("from-pretrained-not-object", lambda: _from_pretrained(_folder(text="[1]")), ValueError,
+     r"^from_pretrained: .*config\.json must hold a JSON object$"),
+    ("from-pretrained-model-type", lambda: _from_pretrained(_folder({"model_type": "t5"})), ValueError,
+     r"^from_pretrained: .*config\.json has model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit$"),
+    ("from-pretrained-no-weights", lambda: _from_pretrained(_folder(_GPT2_JSON)), CheckpointError,
+     r"the folder holds no single checkpoint"),
+    ("from-pretrained-misfit", lambda: _from_pretrained(_folder(_GPT2_JSON, weights={"wte": {"weight": np.zeros((11, 4), np.float32)}})),
+     CheckpointError, r"does not fit the GPT2LMHeadModel its config\.json describes: .*missing keys"),
 ]
 # fmt: on
 

@@ -133,7 +133,12 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any,
         return jax.ShapeDtypeStruct(spec.shape, want)
 
     template = _params.fill(real, leaf)
-    return model, _params.load_state_dict(template, source, model=model)
+    try:
+        return model, _params.load_state_dict(template, source, model=model)
+    except (KeyError, ValueError) as e:  # names or shapes that do not fit the config
+        raise _io.CheckpointError(
+            folder, f"does not fit the {cls.__name__} its config.json describes: {e.args[0]}"
+        ) from None
 
 
 def _initialized_anew(

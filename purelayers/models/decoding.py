@@ -89,6 +89,7 @@ def generate(
     key: jax.Array | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     pad_token_id: int | None = None,
+    streamer: Any = None,
 ) -> jax.Array:
     """Continue ``input_ids`` ``(batch, prompt)`` by up to ``max_new_tokens`` tokens.
 
@@ -100,6 +101,9 @@ def generate(
     config's; an int or a list) is finished: its later tokens are ``pad_token_id``
     (default: the config's, else the first eos id), and decoding stops once every row
     has finished, so the result may be shorter, as transformers' ``generate``.
+
+    ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
+    each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
     """
     ids = jnp.asarray(input_ids, jnp.int32)
     if ids.ndim != 2:
@@ -143,6 +147,8 @@ def generate(
     logits, cache = _prefill(model, params, ids, slot_mask, cache)
     finished = np.zeros(b, bool)
     out = [np.asarray(ids)]
+    if streamer is not None:
+        streamer.put(out[0])
     for step in range(max_new_tokens):
         k = None if key is None else jax.random.fold_in(key, step)
         token = np.asarray(_sample(logits, k, **options))
@@ -150,7 +156,11 @@ def generate(
             token = np.where(finished, pad, token)
             finished |= np.isin(token, eos)
         out.append(token[:, None].astype(np.int32))
+        if streamer is not None:
+            streamer.put(token)
         if finished.all() or step == max_new_tokens - 1:
             break
         logits, cache = _decode(model, params, jnp.asarray(token, jnp.int32), slot_mask, cache)
+    if streamer is not None:
+        streamer.end()
     return jnp.asarray(np.concatenate(out, axis=1))
