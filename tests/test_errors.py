@@ -210,7 +210,7 @@ def _tied_lm():
 def _repeat_per_block_params():
     model = L.Repeat(L.Linear(4), 3)
     params = model.init(KEY, (2, 4))
-    return model.apply({"0": params[0], "2": params[2]}, jnp.zeros((2, 4)))
+    return model.apply({"first": params[0], "last": params[2]}, jnp.zeros((2, 4)))
 
 
 @traced
@@ -257,6 +257,12 @@ def _truncated() -> pathlib.Path:
 # fmt: off
 
 # -- purelayers.models ----------------------------------------------------------------
+
+def _repeat_one_block_of_two():
+    rep = L.Repeat(L.Linear(4), 2)
+    blocks = rep.unstack(rep.init(KEY, (1, 4)))
+    return rep.apply({"0": blocks["0"]}, jnp.zeros((1, 4)))
+
 
 def _gpt2(**overrides):
     from purelayers import models as M
@@ -641,7 +647,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Repeat: Linear has no decoding cache$"),
     ("repeat-per-block-params", _repeat_per_block_params, LayerError,
      r"^Repeat: params must be the Stacked tree init returns\n  got dict with keys "
-     r"\['0', '2'\]; per-block trees become one with Repeat\.stack\(blocks\)"),
+     r"\['first', 'last'\]; per-block trees become one with Repeat\.stack\(blocks\)"),
     ("repeat-apply-path", _repeat_apply_child, LayerError,
      r"^Repeat\[\*\] Linear: input last axis expected 8, got 7"),
     ("repeat-in-sequential-path", _repeat_in_sequential, LayerError,
@@ -885,6 +891,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^TransformerBlock: attn must be a Layer or None, got 'mha'$"),
     ("swiglu-odd", lambda: L.SwiGLU().apply({}, jnp.zeros((2, 3))), LayerError,
      r"^SwiGLU: input last axis expected an even width, got 3$"),
+    ("repeat-per-block-names", lambda: _repeat_one_block_of_two(), LayerError,
+     r"^Repeat: per-block params expected \['0', '1'\], got \['0'\]$"),
     ("lm-mask-shape", lambda: _lm_apply(_gpt2(), np.zeros((2, 3), np.int32), attention_mask=np.ones((2, 4))),
      LayerError, r"^GPT2Model: attention_mask must be \(batch, keys\).*expected \(2, 3\), got \(2, 4\)"),
     ("lm-position-ids-shape", lambda: _lm_apply(_gpt2(), np.zeros((2, 3), np.int32), position_ids=np.zeros((2, 4), np.int32)),

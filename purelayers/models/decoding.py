@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purelayers.layers import Repeat
+
 __all__ = ["generate", "sample_logits"]
 
 
@@ -69,6 +71,16 @@ def _decode(model, params, token, slot_mask, cache):
 _sample = jax.jit(sample_logits, static_argnames=("do_sample", "temperature", "top_k", "top_p"))
 
 
+def _unstacked(layer: Any, params: Any) -> Any:
+    """``params`` with every ``Repeat``'s stacked blocks as per-block copies."""
+    if isinstance(layer, Repeat):
+        return layer.unstack(params)
+    if not isinstance(params, dict):
+        return params
+    kids = layer.children()
+    return {k: _unstacked(kids[k], v) if k in kids else v for k, v in params.items()}
+
+
 def _ids(value: Any) -> list[int]:
     if value is None:
         return []
@@ -90,6 +102,7 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     pad_token_id: int | None = None,
     streamer: Any = None,
+    unroll_blocks: bool = True,
 ) -> jax.Array:
     """Continue ``input_ids`` ``(batch, prompt)`` by up to ``max_new_tokens`` tokens.
 
@@ -101,6 +114,11 @@ def generate(
     config's; an int or a list) is finished: its later tokens are ``pad_token_id``
     (default: the config's, else the first eos id), and decoding stops once every row
     has finished, so the result may be shorter, as transformers' ``generate``.
+
+    ``unroll_blocks``: the decode step runs a ``Repeat``'s blocks from per-block copies
+    of their weights (``Repeat.unstack``, made once per call), about twice as fast as
+    scanning the stacked weights (GPT-2-small at batch 1), for memory holding the
+    blocks' weights twice while generating; ``False`` decodes from the stacked weights.
 
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
@@ -145,6 +163,7 @@ def generate(
     )
     options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
     logits, cache = _prefill(model, params, ids, slot_mask, cache)
+    decode_params = None  # made after the first token is out, once per call
     finished = np.zeros(b, bool)
     out = [np.asarray(ids)]
     if streamer is not None:
@@ -160,7 +179,10 @@ def generate(
             streamer.put(token)
         if finished.all() or step == max_new_tokens - 1:
             break
-        logits, cache = _decode(model, params, jnp.asarray(token, jnp.int32), slot_mask, cache)
+        if decode_params is None:
+            decode_params = _unstacked(model, params) if unroll_blocks else params
+        token = jnp.asarray(token, jnp.int32)
+        logits, cache = _decode(model, decode_params, token, slot_mask, cache)
     if streamer is not None:
         streamer.end()
     return jnp.asarray(np.concatenate(out, axis=1))

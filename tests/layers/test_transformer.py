@@ -179,13 +179,25 @@ def test_repeat_errors():
         Repeat(TransformerBlock(2), 0)
     rep = Repeat(TransformerBlock(2), 2)
     params = rep.init(jax.random.key(0), (1, 3, 8))
-    # Per-block trees are not what apply reads (it never stacks): the error says how to
-    # get the stacked tree; a stack of the wrong depth names both depths.
+    # Per-block trees run as an unrolled loop (never stacked): the same outputs, and
+    # the same cache, as the scan over the stacked tree; the wrong block names are named.
+    blocks = rep.unstack(params)
+    assert sorted(blocks) == ["0", "1"]
+    x = jax.random.normal(jax.random.key(1), (1, 3, 8))
+    np.testing.assert_allclose(rep.apply(blocks, x), rep.apply(params, x), rtol=1e-6, atol=1e-6)
+    cache = rep.init_cache((1, 4, 8))
+    (y1, c1), (y2, c2) = rep.apply(blocks, x, cache=cache), rep.apply(params, x, cache=cache)
+    np.testing.assert_allclose(y1, y2, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(c1["keys"], c2["keys"], rtol=1e-6, atol=1e-6)
+    with pytest.raises(
+        ValueError, match=r"Repeat: per-block params expected \['0', '1'\], got \['0'\]"
+    ):
+        rep.apply({"0": blocks["0"]}, x)
     with pytest.raises(
         ValueError, match=r"(?s)Repeat: params must be the Stacked tree .*Repeat\.stack"
     ):
-        rep.apply({"0": params[0], "1": params[1]}, jnp.zeros((1, 3, 8)))
-    stacked = rep.stack({"0": params[0], "1": params[1]})
+        rep.apply({"a": blocks["0"]}, jnp.zeros((1, 3, 8)))
+    stacked = rep.stack(blocks)
     np.testing.assert_array_equal(
         rep.apply(stacked, jnp.ones((1, 3, 8))), rep.apply(params, jnp.ones((1, 3, 8)))
     )
