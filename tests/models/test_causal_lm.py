@@ -279,3 +279,39 @@ def test_configs_round_trip_and_unknown_models_are_named(transformers, tmp_path)
         M.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="GPT2Config: n_embd=10 must be divisible by n_head=3"):
         gpt2.GPT2Config(n_embd=10, n_head=3)
+
+
+def test_a_left_padded_row_generates_what_it_generates_alone(torch, transformers):
+    """The same tokens, token for token, with three pads in front or none."""
+    model, params = _ours(_reference(torch, transformers, "llama"))
+    ids, mask = _batch()
+    both = np.asarray(M.generate(model, params, ids, attention_mask=mask, max_new_tokens=6))
+    alone = np.asarray(M.generate(model, params, ids[1:, 3:], max_new_tokens=6))[0]
+    # alone, the row stops at its eos (the config's, 2); in the batch it goes on padded
+    np.testing.assert_array_equal(both[1, 3 : 3 + len(alone)], alone)
+    assert (both[1, 3 + len(alone) :] == 2).all()
+
+
+def test_the_file_names_are_the_params_names_with_or_without_the_tied_head(
+    torch, transformers, tmp_path
+):
+    """transformers' folder holds exactly our names (GPT-2's tied head once); a file
+    that also carries ``lm_head.weight`` (equal to ``transformer.wte.weight``) loads."""
+    from safetensors.numpy import load_file, save_file
+
+    hf = _reference(torch, transformers, "gpt2")
+    hf.save_pretrained(tmp_path)
+    flat = load_file(tmp_path / "model.safetensors")
+    model, params = M.from_pretrained(tmp_path)
+    ours = {k: v.shape for k, v in pl.params.flatten(params).items()}
+    assert ours == {k: v.shape for k, v in flat.items() if k != "lm_head.weight"}
+    flat["lm_head.weight"] = flat["transformer.wte.weight"]
+    save_file(flat, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    _, again = M.from_pretrained(tmp_path)
+    np.testing.assert_array_equal(
+        pl.params.flatten(again)["transformer.wte.weight"], flat["transformer.wte.weight"]
+    )
+    flat["lm_head.weight"] = flat["lm_head.weight"] + 1
+    save_file(flat, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(pl.params.CheckpointError, match="tied to 'transformer.wte.weight'"):
+        M.from_pretrained(tmp_path)
