@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from purelayers.layers import Layer, LayerError, dropout
 from purelayers.layers._checks import as_shape, need_key
 
-__all__ = ["CausalLM", "drop", "positions_and_mask"]
+__all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 
 
 def drop(x: jax.Array, p: float, key: jax.Array | None, train: bool) -> jax.Array:
@@ -22,6 +22,28 @@ def drop(x: jax.Array, p: float, key: jax.Array | None, train: bool) -> jax.Arra
         return x
     need_key("dropout", key)
     return dropout(x, p, key)
+
+
+def decoder_inputs(
+    layer: str,
+    input_ids: Any,
+    attention_mask: Any,
+    position_ids: Any,
+    cache: Any,
+    window: int | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """A decoder's ``(ids, positions, mask)``: ``input_ids`` checked to be ``(batch,
+    seq)``, and ``positions_and_mask`` at the cache's length (a ``Repeat``'s stacked
+    cache: every block's length is the same)."""
+    ids = jnp.asarray(input_ids)
+    if ids.ndim != 2:
+        raise LayerError(layer, "input_ids must be (batch, seq);", 2, ids.ndim)
+    offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"][0]
+    slots = ids.shape[1] if cache is None else cache["keys"].shape[2]
+    positions, mask = positions_and_mask(
+        layer, ids, attention_mask, position_ids, offset, slots, window
+    )
+    return ids, positions, mask
 
 
 def positions_and_mask(

@@ -29,7 +29,7 @@ from purelayers.layers import (
     Repeat,
 )
 from purelayers.layers._checks import as_shape
-from purelayers.models._causal import CausalLM, drop, positions_and_mask
+from purelayers.models._causal import CausalLM, decoder_inputs, drop
 from purelayers.models._config import Config
 
 __all__ = ["GPT2Config", "GPT2LMHeadModel"]
@@ -251,13 +251,8 @@ class GPT2Model(Layer):
         key=None,
         train=False,
     ):
-        ids = jnp.asarray(input_ids)
-        if ids.ndim != 2:
-            raise LayerError("GPT2Model", "input_ids must be (batch, seq);", 2, ids.ndim)
-        offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"][0]
-        slots = ids.shape[1] if cache is None else cache["keys"].shape[2]
-        positions, mask = positions_and_mask(
-            "GPT2Model", ids, attention_mask, position_ids, offset, slots
+        ids, positions, mask = decoder_inputs(
+            "GPT2Model", input_ids, attention_mask, position_ids, cache
         )
         keys = [None, None] if key is None else list(jax.random.split(key))
         h = self.call("wte", params, ids) + self.call("wpe", params, positions)

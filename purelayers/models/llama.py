@@ -27,14 +27,13 @@ from purelayers.layers import (
     AttentionCore,
     Embedding,
     Layer,
-    LayerError,
     Linear,
     Repeat,
     RMSNorm,
     RotaryEmbedding,
 )
 from purelayers.layers._checks import as_shape
-from purelayers.models._causal import CausalLM, positions_and_mask
+from purelayers.models._causal import CausalLM, decoder_inputs
 from purelayers.models._config import Config
 
 __all__ = [
@@ -327,13 +326,8 @@ class LlamaModel(Layer):
         train=False,
     ):
         name = type(self.config).__name__.replace("Config", "Model")
-        ids = jnp.asarray(input_ids)
-        if ids.ndim != 2:
-            raise LayerError(name, "input_ids must be (batch, seq);", 2, ids.ndim)
-        offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"][0]
-        slots = ids.shape[1] if cache is None else cache["keys"].shape[2]
-        positions, mask = positions_and_mask(
-            name, ids, attention_mask, position_ids, offset, slots, self.config.window
+        ids, positions, mask = decoder_inputs(
+            name, input_ids, attention_mask, position_ids, cache, self.config.window
         )
         h = self.call("embed_tokens", params, ids)
         out = self.call(
