@@ -272,7 +272,10 @@ class Repeat(Layer):
                 caches.append(c)
             x = out
         restack = lambda parts: jax.tree.map(lambda *a: jnp.stack(a), *parts)  # noqa: E731
-        out: Any = x if cache is None else (x, restack(caches))
+        if cache is not None:  # written back in place (no new stacked array)
+            for i, c in enumerate(caches):
+                cache = jax.tree.map(lambda whole, part, i=i: whole.at[i].set(part), cache, c)
+        out: Any = x if cache is None else (x, cache)
         if state is None:
             return out
         return out, Stacked(restack(states), self.n) if states else state

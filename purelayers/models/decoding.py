@@ -56,13 +56,13 @@ def sample_logits(
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(4,))
 def _prefill(model, params, ids, slot_mask, cache):
     logits, cache = model.apply(params, ids, attention_mask=slot_mask, cache=cache)
     return logits[:, -1], cache
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(4,))
 def _decode(model, params, token, slot_mask, cache):
     logits, cache = model.apply(params, token[:, None], attention_mask=slot_mask, cache=cache)
     return logits[:, -1], cache
