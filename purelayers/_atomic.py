@@ -1,13 +1,14 @@
 """Atomic file writes that leave nothing behind, even when the writer is killed.
 
-A file is written as ``.NAME.PID.HEX.tmp/NAME`` next to its target ``NAME``: a private
-folder, named after the target and the writing process, holding the one temporary
-file. The ``safetensors`` package's own atomic write (a ``.tmpXXXXXX`` file renamed
+A file is written as ``.NAME.HOST.PID.HEX.tmp/NAME`` next to its target ``NAME``: a
+private folder, named after the target, the machine and the writing process, holding
+the one temporary file. The ``safetensors`` package's own atomic write (a ``.tmpXXXXXX`` file renamed
 into place) then happens inside that folder, so a crash at any moment leaves at most
 that one folder, recognizably the target's. Each writer holds an ``flock`` on its folder
 for as long as it exists; the next write to the same target removes the folders of
-earlier writers that are gone (the lock is free and the process id is no live process),
-never another target's, another live process's, or one of its own.
+earlier writers on this machine that are gone (the lock is free and the process id is
+no live process), never another target's, another machine's, another live process's,
+or one of its own.
 
 The written file gets the mode an ordinary ``open(path, "w")`` gives under the process
 umask (not ``mkstemp``'s 0600), read off a placeholder the folder is created with.
@@ -20,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +32,17 @@ except ImportError:  # not POSIX: no locks, and stale folders are left alone
     fcntl = None
 
 
+def _host() -> str:
+    """This machine's name as it may stand in a file name."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
 def _pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.tmp")
+    """This host's temporaries of ``target``: another host's pids and locks (a shared
+    file system) say nothing here, so its folders are never touched."""
+    return re.compile(
+        rf"\.{re.escape(target.name)}\.{re.escape(_host())}\.(\d+)\.[0-9a-f]{{8}}\.tmp"
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -82,16 +93,22 @@ class Temporary:
     def __init__(self, target: Path):
         self.target = target
         remove_stale(target)
-        name = f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        self.folder = target.parent / name
-        os.mkdir(self.folder, 0o700)
+        tag = f"{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+        self.folder = target.parent / f".{target.name}.{tag}.tmp"
         self._fd = None
-        if fcntl is not None:
-            self._fd = os.open(self.folder, os.O_RDONLY)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        self.file = self.folder / target.name
-        os.close(os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        self._mode = stat.S_IMODE(os.stat(self.file).st_mode)  # 0o666 less the umask
+        # Until the lock is taken, the folder is kept from cleaners by its process id
+        # (alive); after, by the lock too.
+        os.mkdir(self.folder, 0o700)
+        try:
+            if fcntl is not None:
+                self._fd = os.open(self.folder, os.O_RDONLY)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self.file = self.folder / target.name
+            os.close(os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            self._mode = stat.S_IMODE(os.stat(self.file).st_mode)  # 0o666 less the umask
+        except BaseException:
+            self.close()
+            raise
 
     def finish(self) -> None:
         with open(self.file, "rb+") as f:

@@ -36,7 +36,7 @@ from purelayers import _atomic
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 ORDER_KEY = "purelayers.order"  # metadata: the JSON list of names in their saved order
-_SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 
 # The dtypes checkpoints hold, under the package's own codes ("F32", "BF16", ...).
 _STORABLE = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64)
@@ -158,7 +158,7 @@ def write_sharded(
             tmp.commit()
     _atomic.sync_dir(folder)
     for stale in folder.iterdir():
-        if _SHARD_RE.fullmatch(stale.name) and stale.name not in names:
+        if SHARD_RE.fullmatch(stale.name) and stale.name not in names:
             with contextlib.suppress(OSError):
                 stale.unlink()
     return folder / INDEX_NAME
@@ -252,6 +252,7 @@ class Tensor(NamedTuple):
     dtype: np.dtype
     shape: tuple[int, ...]
     offset: int  # of its first byte in the file
+    identity: tuple[int, ...] = ()  # the file's (device, inode, size, mtime) when scanned
 
     @property
     def nbytes(self) -> int:
@@ -274,6 +275,12 @@ class Tensor(NamedTuple):
             out = owned(shape, dtype)
         if out.size:
             with open(self.file, "rb") as f:
+                if self.identity and _identity(os.fstat(f.fileno())) != self.identity:
+                    raise CheckpointError(
+                        self.file,
+                        "changed since its header was read (replaced or rewritten, by a "
+                        "save?); load it again",
+                    )
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             try:
                 self._copy(mm, select, out)
@@ -288,7 +295,8 @@ class Tensor(NamedTuple):
         if part.ndim == 0:
             out[...] = part
             return
-        rows = max(1, _CHUNK_BYTES // max(1, part[0].nbytes))
+        # a row of the selection spans |stride| bytes of the file, whatever it selects
+        rows = max(1, _CHUNK_BYTES // max(1, abs(part.strides[0]), part[0].nbytes))
         for i in range(0, len(part), rows):
             np.copyto(out[i : i + rows], part[i : i + rows], casting="unsafe")
             self._release(mm)
@@ -303,20 +311,24 @@ class Tensor(NamedTuple):
         mm.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
-def _header(path: Path) -> dict[str, Any]:
-    """The parsed JSON header of a file the package has already validated."""
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _header(path: Path) -> tuple[dict[str, Any], int, tuple[int, ...]]:
+    """The parsed JSON header of a file the package has already validated, where its
+    data starts, and the file's identity."""
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n).decode("utf-8"))
-    header["__size__"] = 8 + n
-    return header
+        return header, 8 + n, _identity(os.fstat(f.fileno()))
 
 
 def _scan_tensors(path: Path, f: Any) -> tuple[dict[str, Tensor], dict[str, str]]:
     meta = dict(f.metadata() or {})
     names = _ordered(f.offset_keys(), meta)
     meta.pop(ORDER_KEY, None)
-    header = _header(path)
+    header, start, identity = _header(path)
     foreign = {n: header[n]["dtype"] for n in names if header[n]["dtype"] not in DTYPES}
     if foreign:
         raise CheckpointError(
@@ -327,7 +339,8 @@ def _scan_tensors(path: Path, f: Any) -> tuple[dict[str, Tensor], dict[str, str]
             path,
             DTYPES[header[n]["dtype"]],
             tuple(int(d) for d in header[n]["shape"]),
-            header["__size__"] + int(header[n]["data_offsets"][0]),
+            start + int(header[n]["data_offsets"][0]),
+            identity,
         )
         for n in names
     }

@@ -212,10 +212,11 @@ def _like(value: Any, like: Any) -> jax.Array:
 
     The result never shares memory with ``value`` (a torch tensor or numpy array the
     caller may change later): it is copied once, straight into the new dtype, into a
-    buffer JAX adopts (``_io.owned``). JAX arrays are immutable and only cast."""
+    buffer JAX adopts (``_io.owned``); a JAX array is copied too, so that donating the
+    loaded tree leaves the caller's arrays alive."""
     dtype = _dtype(like)
-    if isinstance(value, jax.Array):
-        return _place(value.astype(dtype), like)
+    if isinstance(value, jax.Array):  # a new buffer: donating the result keeps the source
+        return _place(jnp.array(value, dtype=dtype, copy=True), like)
     return _place(_owned_copy(value, jax.dtypes.canonicalize_dtype(dtype)), like)
 
 

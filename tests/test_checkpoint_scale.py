@@ -94,9 +94,9 @@ def test_savers_killed_at_random_moments_leave_a_complete_checkpoint_and_no_left
     a live process, are never touched."""
     target = tmp_path / "model.safetensors"
     pl.params.save(target, workers.values(-1))
-    other = tmp_path / f".other.safetensors.{_dead_pid()}.0123abcd.tmp"
+    other = tmp_path / f".other.safetensors.{_atomic._host()}.{_dead_pid()}.0123abcd.tmp"
     other.mkdir()
-    live = tmp_path / f".model.safetensors.{os.getpid()}.89abcdef.tmp"
+    live = tmp_path / f".model.safetensors.{_atomic._host()}.{os.getpid()}.89abcdef.tmp"
     live.mkdir()
     rng = random.Random(0)
     seen = set()
@@ -125,24 +125,27 @@ def test_savers_killed_at_random_moments_leave_a_complete_checkpoint_and_no_left
 
 
 def test_stale_temporaries_are_removed_only_when_their_writer_is_gone(tmp_path):
-    """A leftover is removed when its process id is no live process and its lock is
-    free; one whose writer still holds its lock, or names a live process, stays."""
+    """A leftover of this machine is removed when its process id is no live process
+    and its lock is free; one whose writer still holds its lock, names a live process,
+    or comes from another machine (a shared file system), stays."""
     target = tmp_path / "m.safetensors"
-    dead = tmp_path / f".m.safetensors.{_dead_pid()}.00000000.tmp"
+    dead = tmp_path / f".m.safetensors.{_atomic._host()}.{_dead_pid()}.00000000.tmp"
     dead.mkdir()
     (dead / "m.safetensors").write_bytes(b"partial")
-    mine = tmp_path / f".m.safetensors.{os.getpid()}.11111111.tmp"
+    mine = tmp_path / f".m.safetensors.{_atomic._host()}.{os.getpid()}.11111111.tmp"
     mine.mkdir()
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; sys.stdin.read()"], stdin=subprocess.PIPE
     )
-    held = tmp_path / f".m.safetensors.{holder.pid}.22222222.tmp"
+    held = tmp_path / f".m.safetensors.{_atomic._host()}.{holder.pid}.22222222.tmp"
     held.mkdir()
     unrelated = tmp_path / ".m.safetensors.notapid.tmp"
     unrelated.mkdir()
+    elsewhere = tmp_path / f".m.safetensors.another-host.{_dead_pid()}.33333333.tmp"
+    elsewhere.mkdir()
     try:
         assert _atomic.remove_stale(target) == [dead]
-        assert mine.is_dir() and held.is_dir() and unrelated.is_dir()
+        assert mine.is_dir() and held.is_dir() and unrelated.is_dir() and elsewhere.is_dir()
     finally:
         holder.communicate(b"")
     assert _atomic.remove_stale(target) == [held]
@@ -226,3 +229,13 @@ def test_abstract_templates_load_params_and_state(tmp_path):
     got_params, got_state = pl.params.load_into(path, *template)
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got_params, params))
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got_state, state))
+
+
+def test_a_file_replaced_between_its_header_and_its_data_is_refused(tmp_path):
+    """A save that replaces the file after a load read its header (a trainer saving
+    while an evaluator loads) is an error naming the file, not other tensors' bytes."""
+    path = pl.params.save(tmp_path / "m.safetensors", workers.values(1))
+    tensors, _ = pl._safetensors_io.scan(path)
+    pl.params.save(path, {"other": {"weight": np.ones((3, 3), np.float32)}})
+    with pytest.raises(pl.params.CheckpointError, match="changed since its header was read"):
+        tensors["0.weight"].read()

@@ -258,12 +258,16 @@ class Repeat(Layer):
                 extra["state"] = jax.tree.map(lambda a, i=i: a[i], blocks_state)
             k = None if key is None else jax.random.fold_in(key, i)
 
-            def run(p, h, extra, k=k, name=name):
-                return apply_child(self, name, self.layer, p, h, key=k, train=train, **extra)
+            arrays = {k_: extra.pop(k_) for k_ in ("cache", "state") if k_ in extra}
+
+            def run(p, h, arrays, k=k, name=name, extra=extra):
+                # other keyword arguments stay Python values (closed over, not traced)
+                kw = {**extra, **arrays}
+                return apply_child(self, name, self.layer, p, h, key=k, train=train, **kw)
 
             if self.remat:
                 run = jax.checkpoint(run, policy=_policy(self.remat_policy))
-            out = run(blocks[name], x, extra)
+            out = run(blocks[name], x, arrays)
             if blocks_state is not None:
                 out, s = out
                 states.append(s)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purelayers import _atomic
 from purelayers import _safetensors_io as _io
 from purelayers import params as _params
 
@@ -126,7 +127,7 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any,
         stored = source.get(names[0])
         if dtype is not None:
             want = dtype
-        elif stored is not None and stored.dtype.kind == "f":
+        elif stored is not None and jnp.issubdtype(stored.dtype, jnp.floating):
             want = stored.dtype
         else:
             want = spec.dtype
@@ -199,13 +200,20 @@ def save_pretrained(
     total = sum(
         int(np.prod(np.shape(a))) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)
     )
-    for stale in (folder / _io.SINGLE_NAME, folder / _io.INDEX_NAME):
-        if stale.exists() and (total > max_shard_size) == (stale.name == _io.SINGLE_NAME):
-            stale.unlink()
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    # The new weights land first (atomically); only then is the other layout's file(s)
+    # removed, so a crash in between leaves a loadable folder.
     if total > max_shard_size:
         _params.save(folder, params, model=model, max_shard_bytes=max_shard_size)
+        stale = [folder / _io.SINGLE_NAME]
     else:
         _params.save(folder / _io.SINGLE_NAME, params, model=model)
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    (folder / "config.json").write_text(text, encoding="utf-8")
+        stale = [folder / _io.INDEX_NAME]
+        stale += [f for f in folder.iterdir() if _io.SHARD_RE.fullmatch(f.name)]
+    for f in stale:
+        f.unlink(missing_ok=True)
+    with _atomic.Temporary(folder / "config.json") as tmp:
+        tmp.file.write_text(text, encoding="utf-8")
+        tmp.finish()
+        tmp.commit()
     return folder

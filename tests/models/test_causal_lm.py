@@ -240,6 +240,13 @@ def test_hugging_face_folders_both_ways(torch, transformers, tmp_path):
     )
     bf16 = M.from_pretrained(tmp_path / "ours", dtype=jnp.bfloat16)[1]
     assert {a.dtype for a in jax.tree.leaves(bf16)} == {jnp.dtype(jnp.bfloat16)}
+    # a bfloat16 folder keeps its dtype by default; a single-file save over a sharded
+    # folder leaves no shard of the earlier layout
+    M.save_pretrained(tmp_path / "ours-sharded", model, bf16)
+    names = sorted(p.name for p in (tmp_path / "ours-sharded").iterdir())
+    assert names == ["config.json", "model.safetensors"]
+    kept = M.from_pretrained(tmp_path / "ours-sharded")[1]
+    assert {a.dtype for a in jax.tree.leaves(kept)} == {jnp.dtype(jnp.bfloat16)}
 
 
 def test_gpt2_from_a_base_model_file_with_its_buffers(torch, transformers, tmp_path):
