@@ -38,8 +38,12 @@ def decoder_inputs(
     ids = jnp.asarray(input_ids)
     if ids.ndim != 2:
         raise LayerError(layer, "input_ids must be (batch, seq);", 2, ids.ndim)
-    offset = jnp.zeros((), jnp.int32) if cache is None else cache["length"][0]
-    slots = ids.shape[1] if cache is None else cache["keys"].shape[2]
+    if cache is None:
+        offset, slots = jnp.zeros((), jnp.int32), ids.shape[1]
+    elif "0" in cache:  # per-block caches (Repeat.unstack_cache)
+        offset, slots = cache["0"]["length"], cache["0"]["keys"].shape[1]
+    else:
+        offset, slots = cache["length"][0], cache["keys"].shape[2]
     positions, mask = positions_and_mask(
         layer, ids, attention_mask, position_ids, offset, slots, window
     )

@@ -81,6 +81,13 @@ def _unstacked(layer: Any, params: Any) -> Any:
     return {k: _unstacked(kids[k], v) if k in kids else v for k, v in params.items()}
 
 
+def _unstacked_cache(model: Any, cache: Any) -> Any:
+    """The decoder's stacked cache as per-block caches (its one ``Repeat`` of blocks)."""
+    backbone = model.children()[model.base_model_prefix]
+    stacks = [c for c in backbone.children().values() if isinstance(c, Repeat)]
+    return stacks[0].unstack_cache(cache) if len(stacks) == 1 else cache
+
+
 def _ids(value: Any) -> list[int]:
     if value is None:
         return []
@@ -181,6 +188,8 @@ def generate(
             break
         if decode_params is None:
             decode_params = _unstacked(model, params) if unroll_blocks else params
+            if unroll_blocks:
+                cache = _unstacked_cache(model, cache)
         token = jnp.asarray(token, jnp.int32)
         logits, cache = _decode(model, decode_params, token, slot_mask, cache)
     if streamer is not None:

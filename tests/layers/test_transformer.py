@@ -189,6 +189,10 @@ def test_repeat_errors():
     (y1, c1), (y2, c2) = rep.apply(blocks, x, cache=cache), rep.apply(params, x, cache=cache)
     np.testing.assert_allclose(y1, y2, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(c1["keys"], c2["keys"], rtol=1e-6, atol=1e-6)
+    y3, c3 = rep.apply(blocks, x, cache=rep.unstack_cache(cache))  # per-block caches
+    np.testing.assert_allclose(y3, y2, rtol=1e-6, atol=1e-6)
+    for i in range(2):
+        np.testing.assert_allclose(c3[str(i)]["values"], c2["values"][i], rtol=1e-6, atol=1e-6)
     with pytest.raises(
         ValueError, match=r"Repeat: per-block params expected \['0', '1'\], got \['0'\]"
     ):
