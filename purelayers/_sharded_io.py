@@ -79,6 +79,7 @@ def load_sharded(
     *,
     strict: bool = True,
     model: Any = None,
+    tensors: dict[str, Any] | None = None,
 ) -> Any:
     """A checkpoint loaded by name straight onto ``shardings``.
 
@@ -118,7 +119,8 @@ def load_sharded(
             f"{[k for k in names if k not in placement]}; without a template array: "
             f"{[k for k in placement if k not in names]}"
         )
-    tensors = _io.scan(path)[0]
+    if tensors is None:  # (given: a file's tensors already matched to other names)
+        tensors = _io.scan(path)[0]
 
     def equal(a: str, b: str) -> bool:
         dtype = tensors[b].dtype

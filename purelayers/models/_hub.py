@@ -77,7 +77,9 @@ def _adapt_names(
     return mapping, dropped
 
 
-def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any, Any]:
+def from_pretrained(
+    path: str | os.PathLike, *, dtype: Any = None, shardings: Any = None
+) -> tuple[Any, Any]:
     """``(model, params)`` from a Hugging Face model folder.
 
     The folder holds ``config.json`` and ``model.safetensors`` (or a sharded
@@ -95,6 +97,11 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any,
       path: the folder.
       dtype: the floating dtype of the params (``jnp.bfloat16``, say). Default
         ``None``: each tensor keeps the file's dtype.
+      shardings: a tree of ``Sharding``s shaped like the params (``sharding.
+        named_shardings(pl.params.abstract(model, shape), rules, mesh)``), or a
+        function ``model -> tree`` (the model is only known once the config is read):
+        each device then reads only its own slices from the memory-mapped file(s), as
+        ``sharding.load_sharded`` does. Default ``None``: the default device.
     """
     folder = Path(path)
     config = _read_config(folder)
@@ -135,11 +142,31 @@ def from_pretrained(path: str | os.PathLike, *, dtype: Any = None) -> tuple[Any,
 
     template = _params.fill(real, leaf)
     try:
-        return model, _params.load_state_dict(template, source, model=model)
+        if shardings is None:
+            return model, _params.load_state_dict(template, source, model=model)
+        from purelayers._sharded_io import load_sharded
+
+        tree = shardings(model) if callable(shardings) else shardings
+        readable = {k: v if isinstance(v, _io.Tensor) else _InMemory(v) for k, v in source.items()}
+        return model, load_sharded(folder, template, tree, model=model, tensors=readable)
     except (KeyError, ValueError) as e:  # names or shapes that do not fit the config
         raise _io.CheckpointError(
             folder, f"does not fit the {cls.__name__} its config.json describes: {e.args[0]}"
         ) from None
+
+
+class _InMemory:
+    """An array drawn by ``init`` where a file lacks it, read like a file's tensor."""
+
+    def __init__(self, value: Any):
+        self.value = np.asarray(value)
+        self.dtype, self.shape = self.value.dtype, self.value.shape
+
+    def read(self, index: Any = None, dtype: Any = None, out: Any = None) -> np.ndarray:
+        part = self.value[() if index is None else index]
+        out = np.empty(part.shape, dtype or self.dtype) if out is None else out
+        np.copyto(out, part, casting="unsafe")
+        return out
 
 
 def _initialized_anew(

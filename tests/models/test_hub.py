@@ -54,3 +54,25 @@ def test_a_head_without_a_pooler_loads_into_the_base_model(torch, transformers, 
     got = model.apply(params, *inputs.values())[0]
     np.testing.assert_allclose(np.asarray(got), want.detach().numpy(), atol=2e-5)
     assert np.all(np.isfinite(np.asarray(model.apply(params, *inputs.values())[1])))
+
+
+def test_from_pretrained_onto_shardings(torch, transformers, tmp_path):
+    """``shardings=`` (a function of the model) places every array, a ``Repeat``'s
+    stacked blocks and the tied embedding included, with the plain load's values."""
+    import jax
+
+    import purelayers.sharding as S
+
+    config = transformers.GPT2Config(n_embd=16, n_layer=2, n_head=2, vocab_size=40, n_positions=16)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    mesh = S.make_mesh("data=1")
+
+    def shardings(model):
+        return S.named_shardings(pl.params.abstract(model, (1, 1)), S.data_parallel(), mesh)
+
+    _, placed = M.from_pretrained(tmp_path, shardings=shardings)
+    _, plain = M.from_pretrained(tmp_path)
+    for a in jax.tree.leaves(placed):
+        assert isinstance(a.sharding, S.NamedSharding) and a.sharding.mesh == mesh
+    for name, a in pl.params.flatten(placed).items():
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(pl.params.flatten(plain)[name]))
