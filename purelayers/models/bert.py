@@ -50,6 +50,7 @@ from purelayers.layers import (
 )
 from purelayers.layers._checks import as_shape, check_choice, check_float, check_int
 from purelayers.models._config import Config
+from purelayers.models._parts import fold, init_children
 
 __all__ = [
     "BertAttention",
@@ -81,24 +82,6 @@ _ACTIVATIONS: Mapping[str, Layer] = MappingProxyType(
 
 def _check_activation(config: str, field: str, name: Any) -> None:
     check_choice(config, field, name, tuple(_ACTIVATIONS))
-
-
-def _fold(key: jax.Array | None, i: int) -> jax.Array | None:
-    return None if key is None else jax.random.fold_in(key, i)
-
-
-def _init_children(layer: Layer, key: jax.Array, shapes: Mapping[str, Any], dtype: Any) -> Params:
-    """The params of ``layer``'s children, in ``children()`` order: child ``i`` is
-    initialized from ``fold_in(key, i)`` for its input shape ``shapes[name]``; children
-    not in ``shapes`` have no parameters."""
-    params: Params = {}
-    for i, (name, child) in enumerate(layer.children().items()):
-        if name in shapes:
-            try:
-                params[name] = child.init(jax.random.fold_in(key, i), shapes[name], dtype)
-            except LayerError as e:
-                raise e.within(type(layer).__name__, name) from None
-    return params
 
 
 def _dense(width: int, std: float, bias: bool = True) -> Linear:
@@ -217,7 +200,7 @@ class BertEmbeddings(Layer):
             ("word_embeddings", "position_embeddings", "token_type_embeddings"), ids
         )
         shapes["LayerNorm"] = (*ids, self.config.hidden_size)
-        return _init_children(self, key, shapes, dtype)
+        return init_children(self, key, shapes, dtype)
 
     def apply(
         self,
@@ -262,7 +245,7 @@ class BertSelfAttention(Layer):
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = as_shape(shape)
-        return _init_children(self, key, {"query": x, "key": x, "value": x}, dtype)
+        return init_children(self, key, {"query": x, "key": x, "value": x}, dtype)
 
     def apply(
         self,
@@ -305,7 +288,7 @@ class BertOutput(Layer):
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = as_shape(shape)
         out = (*x[:-1], self.config.hidden_size)
-        return _init_children(self, key, {"dense": x, "LayerNorm": out}, dtype)
+        return init_children(self, key, {"dense": x, "LayerNorm": out}, dtype)
 
     def apply(
         self,
@@ -344,7 +327,7 @@ class BertAttention(Layer):
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = as_shape(shape)
-        return _init_children(self, key, {"self": x, "output": x}, dtype)
+        return init_children(self, key, {"self": x, "output": x}, dtype)
 
     def apply(
         self,
@@ -355,8 +338,8 @@ class BertAttention(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        h = self.call("self", params, x, mask=mask, key=_fold(key, 0), train=train)
-        return self.call("output", params, h, x, key=_fold(key, 1), train=train)
+        h = self.call("self", params, x, mask=mask, key=fold(key, 0), train=train)
+        return self.call("output", params, h, x, key=fold(key, 1), train=train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,7 +366,7 @@ class BertLayer(Layer):
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = as_shape(shape)
         hidden = (*x[:-1], self.config.intermediate_size)
-        return _init_children(
+        return init_children(
             self, key, {"attention": x, "intermediate": x, "output": hidden}, dtype
         )
 
@@ -396,9 +379,9 @@ class BertLayer(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        a = self.call("attention", params, x, mask=mask, key=_fold(key, 0), train=train)
+        a = self.call("attention", params, x, mask=mask, key=fold(key, 0), train=train)
         h = self.call("intermediate", params, a)
-        return self.call("output", params, h, a, key=_fold(key, 2), train=train)
+        return self.call("output", params, h, a, key=fold(key, 2), train=train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,7 +399,7 @@ class BertEncoder(Layer):
         return {"layer": Repeat(BertLayer(self.config), self.config.num_hidden_layers)}
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        return _init_children(self, key, {"layer": as_shape(shape)}, dtype)
+        return init_children(self, key, {"layer": as_shape(shape)}, dtype)
 
     def apply(
         self,
@@ -511,7 +494,7 @@ class BertModel(Layer):
         self._check_ids(ids)
         h = (*ids, self.config.hidden_size)
         shapes = {"embeddings": ids, "encoder": h, "pooler": (ids[0], h[-1])}
-        return _init_children(self, key, shapes, dtype)
+        return init_children(self, key, shapes, dtype)
 
     def apply(
         self,
@@ -536,8 +519,8 @@ class BertModel(Layer):
             params,
             input_ids,
             token_type_ids=token_type_ids,
-            key=_fold(key, 0),
+            key=fold(key, 0),
             train=train,
         )
-        h = self.call("encoder", params, h, mask=mask, key=_fold(key, 1), train=train)
+        h = self.call("encoder", params, h, mask=mask, key=fold(key, 1), train=train)
         return h, self.call("pooler", params, h[:, 0])

@@ -35,6 +35,7 @@ from purelayers.layers import (
 from purelayers.layers._checks import as_shape
 from purelayers.models._causal import CausalLM, decoder_inputs
 from purelayers.models._config import Config
+from purelayers.models._parts import init_children
 
 __all__ = [
     "Llama3RotaryEmbedding",
@@ -231,10 +232,7 @@ class LlamaDecoderLayer(Layer):
     post_attention_layernorm: Layer
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict[str, Any]:
-        return {
-            name: child.init(jax.random.fold_in(key, i), shape, dtype)
-            for i, (name, child) in enumerate(self.children().items())
-        }
+        return init_children(self, key, dict.fromkeys(self.children(), shape), dtype)
 
     def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
         return self.self_attn.init_cache(shape, dtype)

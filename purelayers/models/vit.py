@@ -44,13 +44,12 @@ from purelayers.layers import (
 )
 from purelayers.layers._checks import as_shape, check_float, check_int
 from purelayers.models._config import Config
+from purelayers.models._parts import fold, init_children
 from purelayers.models.bert import (
     _ACTIVATIONS,
     BertSelfAttention,
     _check_activation,
     _dense,
-    _fold,
-    _init_children,
     _std,
 )
 
@@ -203,7 +202,7 @@ class ViTEmbeddings(Layer):
             ),
         }
         shapes = {"patch_embeddings": as_shape(shape)}
-        return {**params, **_init_children(self, jax.random.fold_in(key, 2), shapes, dtype)}
+        return {**params, **init_children(self, jax.random.fold_in(key, 2), shapes, dtype)}
 
     def apply(
         self,
@@ -272,16 +271,16 @@ class ViTLayer(Layer):
         x = as_shape(shape)
         hidden = (*x[:-1], self.config.intermediate_size)
         shapes = dict.fromkeys(("attention", "layernorm_before", "layernorm_after"), x)
-        return _init_children(self, key, {**shapes, "intermediate": x, "output": hidden}, dtype)
+        return init_children(self, key, {**shapes, "intermediate": x, "output": hidden}, dtype)
 
     def apply(
         self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False
     ) -> jax.Array:
         h = self.call("layernorm_before", params, x)
-        x = self.call("attention", params, h, key=_fold(key, 0), train=train) + x
+        x = self.call("attention", params, h, key=fold(key, 0), train=train) + x
         h = self.call("layernorm_after", params, x)
         h = self.call("intermediate", params, h)
-        return self.call("output", params, h, key=_fold(key, 1), train=train) + x
+        return self.call("output", params, h, key=fold(key, 1), train=train) + x
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,7 +369,7 @@ class ViTModel(Layer):
         c = self.config
         h = (pixels[0], c.num_patches + 1, c.hidden_size)
         shapes = {"embeddings": pixels, "encoder": h, "layernorm": h, "pooler": (h[0], h[-1])}
-        return _init_children(self, key, shapes, dtype)
+        return init_children(self, key, shapes, dtype)
 
     def apply(
         self,
@@ -382,7 +381,7 @@ class ViTModel(Layer):
     ) -> tuple[jax.Array, jax.Array]:
         x = jnp.asarray(pixel_values)
         self._check_pixels(x.shape)
-        h = self.call("embeddings", params, x, key=_fold(key, 0), train=train)
-        h = self.call("encoder", params, h, key=_fold(key, 1), train=train)
+        h = self.call("embeddings", params, x, key=fold(key, 0), train=train)
+        h = self.call("encoder", params, h, key=fold(key, 1), train=train)
         h = self.call("layernorm", params, h)
         return h, self.call("pooler", params, h[:, 0])

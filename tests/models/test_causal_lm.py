@@ -196,7 +196,6 @@ def test_sampling_rules():
     scales; the same key draws the same tokens."""
     logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]]))
     keys = jax.random.split(jax.random.key(0), 200)
-    draw = jax.vmap(lambda k, **kw: G.sample_logits(logits, k, do_sample=True, **kw))
     top2 = np.asarray(jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, top_k=2))(keys))
     assert set(top2[:, 0]) == {2, 3}
     assert set(top2[:, 1]) <= {0, 1, 2, 3} and 0 in set(top2[:, 1])
@@ -209,7 +208,6 @@ def test_sampling_rules():
         jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, temperature=1e-3))(keys)
     )
     assert (cold == np.array([3, 0])).all()
-    del draw
     same = G.sample_logits(logits, keys[0], do_sample=True)
     assert (np.asarray(same) == np.asarray(G.sample_logits(logits, keys[0], do_sample=True))).all()
     with pytest.raises(ValueError, match="do_sample=True needs key="):

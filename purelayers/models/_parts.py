@@ -1,0 +1,31 @@
+"""Composition helpers the model families share."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from purelayers.layers import Layer, LayerError, Params
+
+__all__ = ["fold", "init_children"]
+
+
+def fold(key: jax.Array | None, i: int) -> jax.Array | None:
+    """``fold_in(key, i)``, or ``None`` without a key."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
+def init_children(layer: Layer, key: jax.Array, shapes: Mapping[str, Any], dtype: Any) -> Params:
+    """The params of ``layer``'s children, in ``children()`` order: child ``i`` is
+    initialized from ``fold_in(key, i)`` for its input shape ``shapes[name]``; children
+    not in ``shapes`` have no parameters."""
+    params: Params = {}
+    for i, (name, child) in enumerate(layer.children().items()):
+        if name in shapes:
+            try:
+                params[name] = child.init(jax.random.fold_in(key, i), shapes[name], dtype)
+            except LayerError as e:
+                raise e.within(type(layer).__name__, name) from None
+    return params
