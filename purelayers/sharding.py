@@ -62,9 +62,7 @@ loading, ungroup before saving.
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -73,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from purelayers._patterns import check_pattern, matches
 from purelayers._sharded_io import load_sharded, save
 from purelayers._tree import BlockKey
 
@@ -156,12 +155,6 @@ def batch_sharding(mesh: Mesh, axes: str | tuple[str, ...] = "data") -> NamedSha
 # -- rules to specs -------------------------------------------------------------------
 
 
-def _matches(pattern: str, name: str) -> bool:
-    if pattern.startswith("re:"):
-        return re.fullmatch(pattern[3:], name) is not None
-    return fnmatch.fnmatchcase(name, pattern)
-
-
 def _check_rules(rules: Rules) -> None:
     if isinstance(rules, (str, bytes)) or not isinstance(rules, Sequence):
         raise ValueError(f"sharding: rules must be a list of (pattern, spec) pairs, got {rules!r}")
@@ -172,11 +165,7 @@ def _check_rules(rules: Rules) -> None:
                 f"sharding: rules[{i}] must be (pattern: str, PartitionSpec or "
                 f"fn(name, shape, mesh)), got {rule!r}"
             )
-        if rule[0].startswith("re:"):
-            try:
-                re.compile(rule[0][3:])
-            except re.error as e:
-                raise ValueError(f"sharding: rules[{i}] pattern {rule[0]!r}: {e}") from None
+        check_pattern(rule[0], f"sharding: rules[{i}]")
 
 
 def _axes(entry: Any) -> tuple[str, ...]:
@@ -220,7 +209,7 @@ def _validate(name: str, shape: tuple[int, ...], spec: Any, rule: str, mesh: Mes
 
 def _resolve(name: str, shape: tuple[int, ...], rules: Rules, mesh: Mesh, default: Any):
     for pattern, spec in rules:
-        if _matches(pattern, name):
+        if matches(pattern, name):
             rule = f"rule {pattern!r}"
             if not isinstance(spec, PartitionSpec):
                 spec = spec(name, shape, mesh)
