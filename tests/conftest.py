@@ -1,4 +1,4 @@
-"""torch and transformers, the golden references: found, or skipped (suite-wide settings are in the root
+"""torch, transformers and peft, the golden references: found, or skipped (suite-wide settings are in the root
 ``conftest.py``)."""
 
 import os
@@ -36,3 +36,16 @@ def transformers(torch):
         pytest.skip("transformers is not installed (set PURELAYERS_REQUIRE_TORCH=1 to fail)")
     _transformers.logging.set_verbosity_error()
     return _transformers
+
+
+@pytest.fixture(scope="session")
+def peft(transformers):
+    """Hugging Face PEFT, the reference for ``purelayers.lora``; skipped or failing where
+    it is missing, as ``torch``."""
+    try:
+        import peft as _peft
+    except ImportError:
+        if os.environ.get("PURELAYERS_REQUIRE_TORCH"):
+            raise
+        pytest.skip("peft is not installed (set PURELAYERS_REQUIRE_TORCH=1 to fail)")
+    return _peft
