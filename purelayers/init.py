@@ -55,7 +55,10 @@ class Initializer:
     options: tuple[tuple[str, Any], ...] = ()
 
     def __call__(self, key: jax.Array, shape: Sequence[int], dtype: Any = jnp.float32) -> jax.Array:
-        return self.draw(key, tuple(int(d) for d in shape), dtype, **dict(self.options))
+        shape = tuple(int(d) for d in shape)
+        if 0 in shape:  # nothing to draw (torch's init functions leave it as it is)
+            return jnp.zeros(shape, dtype)
+        return self.draw(key, shape, dtype, **dict(self.options))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.options)

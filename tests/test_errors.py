@@ -56,7 +56,10 @@ TESTED_ELSEWHERE = {
         "tests/test_checkpoint.py (fuzzed files, each error matched) and tests/test_checkpoint_scale.py",
     ),
     "_sharded_io.py": (2, "tests/test_checkpoint.py and tests/test_params.py"),
-    "sharding.py": (19, "tests/test_sharding.py"),
+    "sharding.py": (18, "tests/test_sharding.py"),
+    "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
+    "_labels.py": (9, "tests/test_labels.py"),
+    "layers/_fit.py": (6, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),
     "models/bert.py": (13, "tests/models/test_bert.py"),
     "models/vit.py": (11, "tests/models/test_vit.py"),
     "models/resnet.py": (12, "tests/models/test_resnet.py"),
@@ -64,6 +67,8 @@ TESTED_ELSEWHERE = {
 
 # Sites no public call can reach, by (file, function): internal invariants.
 UNREACHABLE: dict[tuple[str, str], str] = {
+    ("layers/core.py", "_check_call"): "re-raises the misfit layers/_fit.py raised (the "
+    "traceback starts there) once the layer's own checks had their say",
     ("models/_causal.py", "CausalLM.build"): "abstract: every model class overrides it",
     ("models/_causal.py", "CausalLM.hidden_size"): "abstract: every model class overrides it",
 }
@@ -350,14 +355,14 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("composite-call-missing-params", _residual_missing_child, LayerError,
      r"^Residual\[norm\] Linear: params has no entry 'weight'\n  got keys \[\]"),
     ("init-shape-type", lambda: L.Linear(4).init(KEY, None), ValueError,
-     r"^init: shape must be the input's shape \(a tuple of non-negative ints\) or an "
+     r"^Linear\.init: shape must be the input's shape \(a tuple of non-negative ints\) or an "
      r"example array \(or jax\.ShapeDtypeStruct\), got None$"),
     ("init-shape-float", lambda: L.Linear(6).init(KEY, (4, 5.5)), ValueError,
-     r"^init: shape must be .* got \(4, 5\.5\)$"),
+     r"^Linear\.init: shape must be .* got \(4, 5\.5\)$"),
     ("init-shape-negative", lambda: L.Linear(6).init(KEY, (4, -5)), ValueError,
-     r"^init: shape must be .* got \(4, -5\)$"),
+     r"^Linear\.init: shape must be .* got \(4, -5\)$"),
     ("init-shape-traced", lambda: jax.eval_shape(L.Linear(6).init, KEY, (4, 5)), ValueError,
-     r"^init: shape must be static, got traced values .*jax\.eval_shape\(model\.init, key, "
+     r"^Linear\.init: shape must be static, got traced values .*jax\.eval_shape\(model\.init, key, "
      r"shape\) traces the shape too\. For an abstract params tree use "
      r"purelayers\.params\.abstract\(model, shape\)"),
     ("lambda-not-callable", lambda: L.Lambda(3), ValueError,
@@ -490,6 +495,31 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     # -- norm --------------------------------------------------------------------------
     ("norm-eps", lambda: L.LayerNorm(eps=0.0), ValueError,
      r"^LayerNorm: eps must be > 0, got 0\.0$"),
+    # inputs and params that do not fit (the params check's own messages: tests/test_bad_input.py)
+    ("input-dtype", lambda: run(L.Linear(4), (2, 3), dtype=jnp.bool_), LayerError,
+     r"^Linear: input dtype expected floating point, got bool\n  the torch "
+     r"layer refuses bool inputs too; cast first \(x\.astype\(jnp\.float32\)\)$"),
+    ("pool-empty-axis", lambda: run(L.MaxPool2d(2), (2, 3, 0, 8)), LayerError,
+     r"^MaxPool2d: input axis 2 length expected at least 1 \(only the batch axis may be empty, "
+     r"as in torch\), got 0 \(x\.shape == \(2, 3, 0, 8\)\)$"),
+    ("initializer-not-callable", lambda: L.Linear(6, weight_init="xavier_uniform"), TypeError,
+     r"^Linear: weight_init must be an initializer fn\(key, shape, dtype\) or None, got "
+     r"'xavier_uniform' \(for example pl\.init\.xavier_uniform\(\)\)$"),
+    ("attention-embed-0", lambda: L.MultiHeadAttention(2).init(KEY, (2, 5, 0)), LayerError,
+     r"^MultiHeadAttention: input last axis \(embed_dim\) expected at least 1 \(torch's "
+     r"attention refuses embed_dim 0\), got 0 \(shape \(2, 5, 0\)\)$"),
+    ("rnn-empty-sequence", lambda: run(L.GRU(4, batch_first=True), (2, 0, 3)), LayerError,
+     r"^GRU: sequence length expected at least 1 \(torch's RNNs refuse empty sequences too\), "
+     r"got 0 \(x\.shape == \(2, 0, 3\)\)$"),
+    ("rnn-lengths-range", lambda: L.LSTM(4).apply(L.LSTM(4).init(KEY, (5, 2, 3)),
+                                                  jnp.zeros((5, 2, 3)), lengths=np.array([5, 6])),
+     LayerError, r"^LSTM: lengths\[1\] expected in \[1, 5\] \(the sequence length; as torch's "
+     r"pack_padded_sequence\), got 6$"),
+    ("init-cache-shape-float", lambda: L.MultiHeadAttention(2).init_cache((2, 4.5, 8)), ValueError,
+     r"^init: shape must be the input's shape .* got \(2, 4\.5, 8\)$"),
+    ("init-cache-shape-traced",
+     lambda: jax.eval_shape(lambda n: L.MultiHeadAttention(2).init_cache((2, n, 8)), 4),
+     ValueError, r"^init: shape must be static, got traced values"),
     ("norm-int-input", lambda: run(L.LayerNorm(), (2, 4), dtype=jnp.int32), LayerError,
      r"^LayerNorm: input dtype expected a floating dtype, got int32\n  normalization layers"),
     ("norm-rank", lambda: L.LayerNorm(normalized_ndim=2).init(KEY, (4,)), LayerError,

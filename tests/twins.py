@@ -104,13 +104,13 @@ def attention(
                 q, k, v = self.qkv(x).split([h * hd, kv * hd, kv * hd], -1)
             else:
                 q = k = v = x
-            q = q.reshape(b, t, h, -1).transpose(1, 2)
-            k = k.reshape(b, t, kv, -1).transpose(1, 2)
-            v = v.reshape(b, t, kv, -1).transpose(1, 2)
+            q = q.reshape(b, t, h, q.shape[-1] // h).transpose(1, 2)
+            k = k.reshape(b, t, kv, k.shape[-1] // kv).transpose(1, 2)
+            v = v.reshape(b, t, kv, v.shape[-1] // kv).transpose(1, 2)
             if theta is not None:
                 q, k = rotate_half(torch, q, theta), rotate_half(torch, k, theta)
             a = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-            a = a.transpose(1, 2).reshape(b, t, -1)
+            a = a.transpose(1, 2).reshape(b, t, a.shape[1] * a.shape[-1])
             if kind == "core":
                 return a
             return (self.out if kind == "fused" else self.o_proj)(a)

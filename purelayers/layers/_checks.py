@@ -144,6 +144,45 @@ def as_shape(shape: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
+def check_shape(layer: str, shape: Any) -> None:
+    """``init``'s ``shape``: an example array (or ``jax.ShapeDtypeStruct``), or a tuple
+    of non-negative ints; else ``ValueError`` naming ``layer``."""
+    if hasattr(shape, "shape") and hasattr(shape, "dtype"):
+        return
+    try:
+        as_shape(shape)
+    except ValueError as e:
+        raise ValueError(f"{layer}.{e}") from None
+
+
+_KINDS = {"floating": "floating point", "integer": "integer", "bool": "bool"}
+
+
+def dtype_kind(x: Any) -> str | None:
+    """``"floating"`` (complex too), ``"integer"`` or ``"bool"``; None for a non-array."""
+    try:
+        dt = jnp.result_type(x)
+    except TypeError:
+        return None
+    if dt == jnp.bool_:
+        return "bool"
+    return "integer" if jnp.issubdtype(dt, jnp.integer) else "floating"
+
+
+def need_dtype(layer: str, x: Any, accepts: Sequence[str]) -> None:
+    """``x``'s dtype must be of a kind in ``accepts`` (as the torch layer's is)."""
+    kind = dtype_kind(x)
+    if kind is None or kind in accepts:
+        return
+    raise LayerError(
+        layer,
+        "input dtype",
+        " or ".join(_KINDS[k] for k in accepts),
+        f"{jnp.result_type(x)}",
+        f"the torch layer refuses {_KINDS[kind]} inputs too; cast first (x.astype(jnp.float32))",
+    )
+
+
 def missing_params(layer: str, err: KeyError, params: Any) -> LayerError:
     """A layer's ``KeyError`` on its own params, as an error that names the layer."""
     keys = sorted(params) if isinstance(params, dict) else type(params).__name__

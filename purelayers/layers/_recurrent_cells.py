@@ -302,6 +302,7 @@ def compute_dtype(x: Any, params: Params) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class _Cell(Layer):
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
     _kind_name: ClassVar[str] = ""
 
     @property

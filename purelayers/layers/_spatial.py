@@ -54,5 +54,19 @@ def batched(layer: str, x: Any, nd: int) -> tuple[jax.Array, bool]:
     return jnp.asarray(x), False
 
 
+def need_nonempty(layer: str, x: jax.Array, first: int = 1, why: str = "") -> None:
+    """Axes ``first:`` of the batched ``x`` must be non-empty (torch refuses them empty:
+    only the batch axis may have length 0)."""
+    empty = [i for i, d in enumerate(x.shape) if i >= first and d == 0]
+    if empty:
+        raise LayerError(
+            layer,
+            f"input axis {empty[0]} length",
+            "at least 1"
+            + (f" ({why})" if why else " (only the batch axis may be empty, as in torch)"),
+            f"0 (x.shape == {tuple(x.shape)})",
+        )
+
+
 def unbatched(y: jax.Array, added: bool) -> jax.Array:
     return y[0] if added else y

@@ -187,6 +187,8 @@ class _Activation(Layer):
 class ReLU(_Activation):
     """``max(x, 0)``. Matches ``torch.nn.ReLU``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
     def function(self, x):
         return relu(x)
 
@@ -195,6 +197,8 @@ class ReLU(_Activation):
 class ReLU6(_Activation):
     """``min(max(x, 0), 6)``, MobileNet's activation. Matches ``torch.nn.ReLU6``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
     def function(self, x):
         return relu6(x)
 
@@ -202,6 +206,8 @@ class ReLU6(_Activation):
 @dataclasses.dataclass(frozen=True)
 class LeakyReLU(_Activation):
     """``x`` if ``x > 0`` else ``negative_slope * x``. Matches ``torch.nn.LeakyReLU``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     negative_slope: float = 0.01
 
@@ -216,6 +222,8 @@ class LeakyReLU(_Activation):
 class ELU(_Activation):
     """``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``. Matches ``torch.nn.ELU``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     alpha: float = 1.0
 
     def __post_init__(self):
@@ -229,6 +237,8 @@ class ELU(_Activation):
 class SELU(_Activation):
     """Scaled ELU with the self-normalizing constants. Matches ``torch.nn.SELU``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     def function(self, x):
         return selu(x)
 
@@ -236,6 +246,8 @@ class SELU(_Activation):
 @dataclasses.dataclass(frozen=True)
 class GELU(_Activation):
     """``x * Phi(x)``, exact (erf) by default or ``approximate="tanh"``. Matches ``torch.nn.GELU``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     approximate: str = "none"
 
@@ -249,6 +261,8 @@ class GELU(_Activation):
 @dataclasses.dataclass(frozen=True)
 class SiLU(_Activation):
     """``x * sigmoid(x)`` (swish). Matches ``torch.nn.SiLU``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     def function(self, x):
         return silu(x)
@@ -264,6 +278,8 @@ class SwiGLU(_Activation):
       input ``(..., 2 * D)``; output ``(..., D)``.
     """
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     halves_width: ClassVar[bool] = True
 
     def function(self, x):
@@ -278,6 +294,8 @@ class Sigmoid(_Activation):
     """Logistic sigmoid. Matches ``torch.nn.Sigmoid``."""
 
     def function(self, x):
+        if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+            x = jnp.asarray(x, jnp.float32)  # as torch: integers and bools give float32
         return sigmoid(x)
 
 
@@ -292,6 +310,8 @@ class Tanh(_Activation):
 @dataclasses.dataclass(frozen=True)
 class Softplus(_Activation):
     """``log(1 + exp(beta * x)) / beta``, linear above ``threshold``. Matches ``torch.nn.Softplus``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     beta: float = 1.0
     threshold: float = 20.0
@@ -308,6 +328,8 @@ class Softplus(_Activation):
 class Softsign(_Activation):
     """``x / (1 + |x|)``. Matches ``torch.nn.Softsign``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
     def function(self, x):
         return softsign(x)
 
@@ -315,6 +337,8 @@ class Softsign(_Activation):
 @dataclasses.dataclass(frozen=True)
 class HardSigmoid(_Activation):
     """``relu6(x + 3) / 6``. Matches ``torch.nn.Hardsigmoid``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     def function(self, x):
         return hard_sigmoid(x)
@@ -332,6 +356,8 @@ class Exponential(_Activation):
 class Softmax(_Activation):
     """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     axis: int = -1
 
     def __post_init__(self):
@@ -344,6 +370,8 @@ class Softmax(_Activation):
 @dataclasses.dataclass(frozen=True)
 class LogSoftmax(_Activation):
     """Log-softmax along ``axis``. Matches ``torch.nn.LogSoftmax(dim=axis)``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     axis: int = -1
 
@@ -371,6 +399,8 @@ class PReLU(Layer):
     Parameters:
       ``weight``: ``(num_parameters,)``, filled with ``init_value``.
     """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     num_parameters: int = 1
     init_value: float = 0.25

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -351,6 +351,8 @@ class RotaryEmbedding(Layer):
       ``positions`` ``(seq,)`` or ``(batch, seq)``; output like ``x``.
     """
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     theta: float = 10000.0
 
     def __post_init__(self):
@@ -417,6 +419,8 @@ class AttentionCore(Layer):
     dynamic_update_slice``), the queries attend the cached prefix, and ``apply`` returns
     ``(y, new_cache)``; shapes never change, so a jitted decode step compiles once.
     """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     num_heads: int
     _: dataclasses.KW_ONLY
@@ -535,7 +539,7 @@ class AttentionCore(Layer):
             mask=mask4,
             bias=bias4,
             causal=causal,
-            scale=1.0 / math.sqrt(hd) if self.scale is None else self.scale,
+            scale=(1.0 / math.sqrt(hd) if hd else 1.0) if self.scale is None else self.scale,
             dropout_p=p,
             key=key,
             layer=layer,

@@ -90,7 +90,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from purelayers.init import Initializer, fans
 from purelayers.layers._checks import LayerError, as_shape, broadcast_to_axis, check_int
-from purelayers.layers._spatial import batched, check_rank, is_int, ntuple, unbatched
+from purelayers.layers._spatial import batched, check_rank, is_int, need_nonempty, ntuple, unbatched
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import TORCH_DEFAULT_WEIGHT, torch_default_bias
 
@@ -290,6 +290,8 @@ class _ConvNd(Layer):
     """The N-d convolution behind ``Conv1d``, ``Conv2d`` and ``Conv3d`` (see the module
     docstring)."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     _nd: ClassVar[int] = 2
 
     out_channels: int
@@ -419,6 +421,8 @@ class Conv3d(_ConvNd):
 class _ConvTransposeNd(Layer):
     """The N-d transposed convolution behind ``ConvTranspose1d/2d/3d``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     _nd: ClassVar[int] = 2
 
     out_channels: int
@@ -465,6 +469,10 @@ class _ConvTransposeNd(Layer):
         name, nd, g = type(self).__name__, self._nd, self.groups
         w = params["weight"]
         x, added = batched(name, x, nd)
+        if x.shape[0] and x.shape[1]:
+            need_nonempty(
+                name, x, 2, "torch's transposed convolutions take empty batches or channels only"
+            )
         cin = w.shape[0]
         _need_channels(name, x, cin, w)
         k, s, d, p = self.kernel_size, self.stride, self.dilation, self.padding

@@ -9,8 +9,9 @@ params are nested dicts whose dotted names are PyTorch ``state_dict`` keys.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -20,9 +21,12 @@ from purelayers.layers._checks import (
     LayerError,
     as_shape,
     check_int,
+    check_shape,
     input_dtype,
     missing_params,
+    need_dtype,
 )
+from purelayers.layers._fit import check_fit
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
@@ -51,6 +55,12 @@ class Layer:
     Children are applied with ``self.call(name, params, x, ...)``, which names the
     child's path in errors.
 
+    Params check: calling ``apply`` on a layer (the outermost one; its children are
+    covered by its tree) first compares ``params`` (and ``state=``) with the names and
+    shapes ``init`` (``init_state``) builds for that input, once per trace: a missing,
+    unexpected or wrongly shaped entry raises ``LayerError`` naming the layer's path,
+    the key, expected and got. A subclass's ``apply`` gets this without doing anything.
+
     A custom composite, a pre-norm residual block::
 
         @dataclasses.dataclass(frozen=True)
@@ -66,6 +76,25 @@ class Layer:
                 h = self.call("norm", params, x)
                 return x + self.call("body", params, h, key=key, train=train)
     """
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        raw = cls.__dict__.get("apply")
+        if callable(raw) and not hasattr(raw, "unchecked"):
+            cls.apply = _checking(raw)
+        raw_init = cls.__dict__.get("init")
+        if callable(raw_init) and not hasattr(raw_init, "unchecked"):
+            cls.init = _checking_shape(raw_init)
+        post = cls.__dict__.get("__post_init__")
+        if callable(post) and not hasattr(post, "unchecked"):
+            cls.__post_init__ = _checking_initializers(post)
+
+    def __post_init__(self):
+        _check_initializers(self)
+
+    # The input dtypes the layer computes on ("floating", "integer", "bool"); another
+    # raises LayerError naming the dtype. Containers take any and let children check.
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer", "bool")
 
     @property
     def takes_ids(self) -> bool:
@@ -182,8 +211,9 @@ def apply_child(
     ``Layer.call`` looks the child up by name; containers that hold their children's
     params in another form (``Repeat``'s stacked blocks) call this directly.
     """
-    try:
-        return child.apply(params, x, *args, **kwargs)
+    try:  # the parent's tree was checked: the child runs unchecked
+        need_dtype(type(child).__name__, x, child.accepts)
+        return unchecked(child)(params, x, *args, **kwargs)
     except LayerError as e:
         raise e.within(type(parent).__name__, name) from None
     except KeyError as e:
@@ -191,6 +221,85 @@ def apply_child(
             raise
         err = missing_params(type(child).__name__, e, params)
         raise err.within(type(parent).__name__, name) from None
+
+
+def _checking(raw: Callable[..., Any]) -> Callable[..., Any]:
+    """``raw`` (a class's own ``apply``) preceded by the params (and state) check."""
+
+    @functools.wraps(raw)
+    def apply(self: Layer, params: Any, *args: Any, **kwargs: Any) -> Any:
+        # only the most derived apply checks (not a super().apply call), and only when
+        # given an input (positionally, as every layer takes it)
+        if args and getattr(type(self).apply, "unchecked", None) is raw:
+            need_dtype(type(self).__name__, args[0], self.accepts)
+            _check_call(self, raw, params, args, kwargs)
+        return raw(self, params, *args, **kwargs)
+
+    apply.unchecked = raw  # type: ignore[attr-defined]
+    return apply
+
+
+def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple, kwargs: dict):
+    x, state = args[0], kwargs.get("state")
+    try:
+        check_fit(layer, params, x, "params")
+        if state is not None:
+            check_fit(layer, state, x, "state")
+    except LayerError as mismatch:
+        # where the layer's own checks refuse this call (an input of the wrong width for
+        # these params, say), their message names the problem better
+        try:
+            jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
+        except LayerError:
+            raise
+        except Exception:
+            pass
+        raise mismatch from None
+
+
+def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
+    """``raw`` (a class's own ``init``) after checking ``shape`` names this layer."""
+
+    @functools.wraps(raw)
+    def init(self: Layer, key: Any, shape: Any, *args: Any, **kwargs: Any) -> Any:
+        check_shape(type(self).__name__, shape)
+        return raw(self, key, shape, *args, **kwargs)
+
+    init.unchecked = raw  # type: ignore[attr-defined]
+    return init
+
+
+def _check_initializers(layer: Layer) -> None:
+    """Every ``*_init`` field is an initializer ``fn(key, shape, dtype)`` or None."""
+    for f in dataclasses.fields(layer):
+        value = getattr(layer, f.name, None)
+        if f.name.endswith("_init") and value is not None and not callable(value):
+            hint = {str: f"pl.init.{value}()", int: f"pl.init.constant({value})"}
+            hint[float] = hint[int]
+            example = hint.get(type(value), "pl.init.zeros()")
+            raise TypeError(
+                f"{type(layer).__name__}: {f.name} must be an initializer fn(key, shape, "
+                f"dtype) or None, got {value!r} (for example {example})"
+            )
+
+
+def _checking_initializers(post: Callable[..., Any]) -> Callable[..., Any]:
+    """A class's own ``__post_init__``, then the initializer check."""
+
+    @functools.wraps(post)
+    def __post_init__(self: Layer) -> None:
+        post(self)
+        _check_initializers(self)
+
+    __post_init__.unchecked = post  # type: ignore[attr-defined]
+    return __post_init__
+
+
+def unchecked(layer: Layer) -> Callable[..., Any]:
+    """``layer.apply`` without the params check (for trees already checked)."""
+    fn = type(layer).apply
+    raw = getattr(fn, "unchecked", None)
+    return fn.__get__(layer) if raw is None else functools.partial(raw, layer)
 
 
 def _spec(shape: Any, dtype: Any) -> jax.ShapeDtypeStruct:
@@ -356,10 +465,10 @@ def _output_spec(layer: Layer, params: Any, state: Any, x: jax.ShapeDtypeStruct)
     if jax.tree.leaves(state):
 
         def run(p, s, x):
-            return layer.apply(p, x, state=s)[0]
+            return unchecked(layer)(p, x, state=s)[0]
 
         return jax.eval_shape(run, _abstract(params), _abstract(state), x)
-    return jax.eval_shape(lambda p, x: layer.apply(p, x), _abstract(params), x)
+    return jax.eval_shape(lambda p, x: unchecked(layer)(p, x), _abstract(params), x)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +59,8 @@ class Linear(Layer):
       >>> jax.tree.map(jnp.shape, lin.init(jax.random.key(0), (8, 2)))
       {'bias': (3,), 'weight': (3, 2)}
     """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     out_features: int
     _: dataclasses.KW_ONLY

@@ -8,7 +8,7 @@ names them. ``MultiHeadAttention`` (fused ``qkv`` and ``out``), ``Attention``
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,19 @@ def _no_context(layer: str, core: AttentionCore, cache: Any) -> None:
         )
 
 
+def need_embed(layer: str, shape: tuple[int, ...]) -> int:
+    """The input's last axis (the embedding width), which must not be empty: torch's
+    attention layers refuse ``embed_dim=0``."""
+    if shape[-1] == 0:
+        raise LayerError(
+            layer,
+            "input last axis (embed_dim)",
+            "at least 1 (torch's attention refuses embed_dim 0)",
+            f"0 (shape {shape})",
+        )
+    return shape[-1]
+
+
 def _core(layer: Any) -> AttentionCore:
     rope = layer.rope
     if rope is True:
@@ -59,6 +72,8 @@ class _Projected(Layer):
     """An attention layer: ``_qkv(params, x, context, cache) -> (q, k, v)``, then
     ``self.core`` (an ``AttentionCore``), then ``_project_out(params, y)``; subclasses
     define the three."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     def apply(
         self,
@@ -148,7 +163,7 @@ class _Packed(_Projected):
         shape = as_shape(shape)
         if not shape:
             raise LayerError(type(self).__name__, "input rank", "2 or 3", "0 (a scalar)")
-        return shape[-1]
+        return need_embed(type(self).__name__, shape)
 
     def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> dict[str, jax.Array]:
         """An empty decoding cache for ``shape = (batch, max_len, embed_dim)``."""
@@ -394,6 +409,8 @@ class Attention(_Projected):
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         shape = as_shape(shape)
+        if shape:
+            need_embed("Attention", shape)
         params: Params = {}
         for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
             params[name] = getattr(self, name).init(jax.random.fold_in(key, i), shape, dtype)

@@ -8,6 +8,7 @@ variances computed in one pass over shifted data (see ``_moments``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -354,7 +355,7 @@ class GroupNorm(Layer):
         self._check(shape)
         _check_channels("GroupNorm", x, _width(params), "(N, C, *)")
         xf = jnp.asarray(x).astype(promote_float(jnp.result_type(x)))
-        grouped = xf.reshape(shape[0], self.num_groups, -1)
+        grouped = xf.reshape(shape[0], self.num_groups, math.prod(shape[1:]) // self.num_groups)
         _, centered, var = _moments(grouped, (2,))
         y = (centered * jax.lax.rsqrt(var + self.eps)).reshape(shape)
         return _channel_affine(y, params, self.affine).astype(jnp.result_type(x))
@@ -450,7 +451,7 @@ class _BatchNorm(Layer):
         if train or not self.track_running_stats:
             mean, centered, var = _moments(xf, axes)
             if train and self.track_running_stats:
-                state = self._update(state, mean, var, xf.size // shape[1], shape)
+                state = self._update(state, mean, var, math.prod(shape) // max(shape[1], 1), shape)
         else:
             mean = broadcast_to_axis(state["running_mean"].astype(xf.dtype), xf.ndim, 1)
             var = broadcast_to_axis(state["running_var"].astype(xf.dtype), xf.ndim, 1)
@@ -461,6 +462,9 @@ class _BatchNorm(Layer):
 
     def _update(self, state: State, mean, var, n: int, shape: tuple[int, ...]) -> State:
         """The running statistics after one training batch (no gradient flows in)."""
+        if math.prod(shape) == 0 and shape[0] == 0:
+            # an empty batch: torch counts it and leaves the statistics as they are
+            return {**state, "num_batches_tracked": state["num_batches_tracked"] + 1}
         if n < 2:
             raise LayerError(
                 self._name,

@@ -54,7 +54,7 @@ import numpy as np
 from jax import lax
 
 from purelayers.layers._checks import LayerError
-from purelayers.layers._spatial import batched, is_int, ntuple, unbatched
+from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
 from purelayers.layers.core import Layer, Params
 
 __all__ = [
@@ -235,20 +235,24 @@ def _max_of_taps(x: jax.Array, kernel, stride, dilation) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class _MaxPoolNd(_PoolNd):
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
     dilation: int | tuple[int, ...] = dataclasses.field(default=1, kw_only=True)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
+        need_nonempty(type(self).__name__, x)
         _, pads = self._windows(x)
         return unbatched(self._reduce(x, pads, _lowest(x.dtype), lax.max), added)
 
 
 @dataclasses.dataclass(frozen=True)
 class _AvgPoolNd(_PoolNd):
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)  # torch's divides integers
     count_include_pad: bool = dataclasses.field(default=True, kw_only=True)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
+        need_nonempty(type(self).__name__, x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(jnp.result_type(float))
         outs, pads = self._windows(x)
@@ -281,6 +285,7 @@ class MaxPool1d(_MaxPoolNd):
     ``[[[3, 5, 4]]]``.
     """
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)  # torch: integers only in 2-d
     _nd: ClassVar[int] = 1
 
 
@@ -354,6 +359,7 @@ def _adaptive_axis(x: jax.Array, axis: int, out: int, mode: str) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class _AdaptivePoolNd(Layer):
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
     _nd: ClassVar[int] = 2
     _mode: ClassVar[str] = "avg"
 
@@ -376,6 +382,12 @@ class _AdaptivePoolNd(Layer):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
+        if self._mode == "max":
+            need_nonempty(type(self).__name__, x)
+        elif not (self._nd == 2 and self.output_size == (1, 1)):
+            # torch's adaptive mean takes empty channels; its (1, 1) case is a plain mean
+            # that takes empty axes too (NaN, as torch)
+            need_nonempty(type(self).__name__, x, 2)
         if self._mode == "avg" and not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(jnp.result_type(float))
         for axis in reversed(range(2, x.ndim)):

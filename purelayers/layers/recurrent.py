@@ -34,10 +34,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from purelayers.init import Initializer
@@ -233,6 +234,8 @@ def _suffix(layer: int, direction: int) -> str:
 class _Recurrent(Layer):
     """Shared implementation of ``RNN``, ``LSTM`` and ``GRU``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
     @property
     def kind(self) -> Kind:
         raise NotImplementedError
@@ -319,12 +322,20 @@ class _Recurrent(Layer):
         if use_dropout:
             need_key(name, key)
         dtype = compute_dtype(x, params)
+        given = tuple(jnp.shape(x))
         batched = jnp.ndim(x) == 3
         x = jnp.asarray(x, dtype)
         x = (x.swapaxes(0, 1) if self.batch_first else x) if batched else x[:, None]
         batch = x.shape[1]
+        if x.shape[0] == 0:
+            raise LayerError(
+                name,
+                "sequence length",
+                "at least 1 (torch's RNNs refuse empty sequences too)",
+                f"0 (x.shape == {given})",
+            )
         states = self._initial_state(hx, batch, batched, dtype)
-        lengths = self._lengths(lengths, batch, batched)
+        lengths = self._lengths(lengths, batch, batched, x.shape[0])
         finals = []
         d = self.directions
         for layer in range(self.num_layers):
@@ -344,6 +355,12 @@ class _Recurrent(Layer):
             )
             finals.append(final)
         h_n = tuple(jnp.concatenate(parts, axis=0) for parts in zip(*finals, strict=True))
+        if isinstance(lengths, jax.core.Tracer):
+            # unknown while tracing: a sequence whose length is outside [1, T] comes out
+            # NaN (pl.debug.checked then raises), never as another length's result
+            bad = (lengths < 1) | (lengths > x.shape[0])
+            x = jnp.where(bad[None, :, None], jnp.nan, x)
+            h_n = tuple(jnp.where(bad[None, :, None], jnp.nan, h) for h in h_n)
         if batched:
             out = x.swapaxes(0, 1) if self.batch_first else x
         else:
@@ -366,7 +383,7 @@ class _Recurrent(Layer):
             out.append(h if batched else h[:, None])
         return tuple(out)
 
-    def _lengths(self, lengths: Any, batch: int, batched: bool) -> jax.Array | None:
+    def _lengths(self, lengths: Any, batch: int, batched: bool, steps: int) -> jax.Array | None:
         if lengths is None:
             return None
         name = type(self).__name__
@@ -381,6 +398,16 @@ class _Recurrent(Layer):
             )
         if not jnp.issubdtype(jnp.result_type(lengths), jnp.integer):
             raise LayerError(name, "lengths dtype", "an integer dtype", jnp.result_type(lengths))
+        if not isinstance(lengths, jax.core.Tracer):
+            bad = np.argwhere((np.asarray(lengths) < 1) | (np.asarray(lengths) > steps))
+            if bad.size:
+                i = tuple(int(j) for j in bad[0])
+                raise LayerError(
+                    name,
+                    f"lengths{list(i)}",
+                    f"in [1, {steps}] (the sequence length; as torch's pack_padded_sequence)",
+                    int(np.asarray(lengths)[i]),
+                )
         return jnp.asarray(lengths, jnp.int32).reshape(batch)
 
 
@@ -430,7 +457,12 @@ class LSTM(_Recurrent):
     unchanged, so ``h_n`` is each sequence's state after its own last step, the reverse
     direction starts at each sequence's own last step, and ``output`` is zero past the
     length. This is what ``torch.nn.utils.rnn.pack_padded_sequence`` followed by
-    ``pad_packed_sequence`` gives (for ``T == max(lengths)``).
+    ``pad_packed_sequence`` gives (for ``T == max(lengths)``). A length outside
+    ``[1, T]`` is an error, as in torch: eagerly a ``LayerError`` names it; under
+    ``jit``, ``vmap`` or ``grad`` the lengths are not known while tracing, so that
+    sequence's output and final state come out NaN (never another length's result), and
+    ``pl.debug.checked(lstm.apply)`` turns that into a ``CheckError``, as for
+    ``Embedding``'s ids. An empty sequence (``T == 0``) is refused, as torch does.
 
     Parameters (per layer ``l``, then the same with suffix ``_reverse`` when
     bidirectional): ``weight_ih_l{l}`` ``(4H, I)`` (``I = D * H`` for ``l > 0``),

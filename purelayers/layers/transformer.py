@@ -4,7 +4,7 @@ Llama style through ``TransformerBlock.llama(...)``."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +22,7 @@ from purelayers.layers.activation import GELU, ReLU, SwiGLU
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.dropout import dropout as _dropout
 from purelayers.layers.linear import Linear
-from purelayers.layers.multihead import MultiHeadAttention
+from purelayers.layers.multihead import MultiHeadAttention, need_embed
 from purelayers.layers.norm import LayerNorm, RMSNorm
 
 __all__ = ["TransformerBlock"]
@@ -90,6 +90,8 @@ class TransformerBlock(Layer):
       the norms' (ones, zeros); ``attn.*`` as the attention layer's; ``fc.*`` and
       ``proj.*`` as ``Linear`` (torch's default init).
     """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     num_heads: int | None = None
     _: dataclasses.KW_ONLY
@@ -206,7 +208,7 @@ class TransformerBlock(Layer):
             raise LayerError(
                 "TransformerBlock", "input rank", "2 or 3 ((seq, E) or (batch, seq, E))", len(shape)
             )
-        e = shape[-1]
+        e = need_embed("TransformerBlock", shape)
         parts = self.parts(e)
         inputs = {"fc": (*shape[:-1], e), "proj": (*shape[:-1], self.hidden(e))}
         out: Params = {}
