@@ -10,6 +10,8 @@ purelayers checkpoint is a PyTorch checkpoint::
     pl.params.save("model.safetensors", params, state)           # torch can load it
     params, state = pl.params.load_into("model.safetensors", params, state)
     torch_model.load_state_dict(safetensors.torch.load_file("model.safetensors"))
+
+Optimizer labels and masks by name: ``label(params, rules)`` and ``mask(params, *patterns)``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from purelayers import _safetensors_io as _io
+from purelayers._labels import label, mask, matches
 from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
 from purelayers._safetensors_io import CheckpointError
 from purelayers._tree import Stacked, count, fill, flatten, merge, take_block, unflatten
@@ -40,10 +43,13 @@ __all__ = [
     "abstract",
     "count",
     "flatten",
+    "label",
     "load",
     "load_into",
     "load_metadata",
     "load_state_dict",
+    "mask",
+    "matches",
     "merge",
     "rename",
     "save",
