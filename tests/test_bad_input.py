@@ -1,0 +1,320 @@
+"""Bad input, driven by ``tests/registry.py``: for every registered layer,
+
+- params and state that do not fit (an entry missing, one too many, one of the wrong
+  shape) raise ``LayerError`` naming the owning layer's path and the key, while
+  tracing (``jax.eval_shape``: nothing compiles);
+- zero-size inputs give torch's answer: along every axis whose emptiness leaves the
+  params as they are (batch, sequence, spatial), the randomized torch twin's output
+  shape and values, or, where torch raises, a ``LayerError``; along the other axes (the
+  input width, which the twin's fixed width cannot take), a result or a ``LayerError``,
+  never another exception;
+- integer and bool inputs compute as torch does, or raise ``LayerError`` naming the
+  dtype.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import purelayers as pl
+from purelayers import layers as L
+from purelayers.layers._checks import LayerError
+from purelayers.params import Stacked
+from tests import twins
+from tests.registry import CASES, Case
+
+KEY = jax.random.key(0)
+BY_ID = {c.id: c for c in CASES}
+WITH_PARAMS = [c.id for c in CASES if jax.tree.leaves(c.make().init(KEY, c.shape))]
+WITH_STATE = [c.id for c in CASES if jax.tree.leaves(c.make().init_state(c.shape))]
+FLOAT_INPUT = [c.id for c in CASES if c.ids is None]
+
+
+def _input(case: Case, shape=None, dtype=jnp.float32):
+    shape = case.shape if shape is None else shape
+    rng = np.random.default_rng(0)
+    if case.ids is not None:
+        return rng.integers(0, case.ids, shape)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _traced(layer, params, x, state, kwargs):
+    def go():
+        if state:
+            return layer.apply(params, x, state=state, **kwargs)[0]
+        return layer.apply(params, x, **kwargs)
+
+    return jax.eval_shape(go)
+
+
+def _first_leaf(tree, path=()):
+    """The path (dict keys; ``"*"`` for a ``Stacked`` node) of the first array."""
+    if isinstance(tree, Stacked):
+        return _first_leaf(tree.tree, (*path, "*"))
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            if jax.tree.leaves(v):
+                return _first_leaf(v, (*path, k))
+    return path
+
+
+def _edit(tree, path, fn):
+    """A copy of ``tree`` with the dict holding ``path[-1]`` replaced by ``fn(dict)``."""
+    if len(path) == 1:
+        return fn(dict(tree))
+    if path[0] == "*":
+        return Stacked(_edit(tree.tree, path[1:], fn), tree.n)
+    return {**tree, path[0]: _edit(tree[path[0]], path[1:], fn)}
+
+
+def _where(case: Case, path) -> str:
+    """The message's start: the root's class (the wrapped layer's, for the transparent
+    ``Remat``), the owner's path in brackets."""
+    layer = case.make()
+    if isinstance(layer, L.Tied):  # its own alias check, or the wrapped layer's
+        return ("Tied", f"Sequential[{'.'.join(path[:-1])}]")
+    root = type(layer.layer if isinstance(layer, L.Remat) else layer).__name__
+    return (root if len(path) == 1 else f"{root}[{'.'.join(path[:-1])}]",)
+
+
+def _misfits(tree, path):
+    key = path[-1]
+
+    def grown(d):
+        a = d[key]
+        shape = (a.shape[0] + 1, *a.shape[1:]) if a.ndim else (1,)
+        return {**d, key: jnp.zeros(shape, a.dtype)}
+
+    return {
+        "missing": (_edit(tree, path, lambda d: {k: v for k, v in d.items() if k != key}), key),
+        "extra": (_edit(tree, path, lambda d: {**d, "stray": jnp.zeros((2,))}), "stray"),
+        "shape": (_edit(tree, path, grown), key),
+    }
+
+
+def _own_width_check(message: str) -> bool:
+    """A layer's own check of its input against its params' width (``x.shape == ...;
+    Conv2d was initialized for 4 input channels (weight ...)``): an entry of the wrong
+    width is reported as what it is inconsistent with, the input."""
+    phrases = ("initialized for", "initialized with", "does not match", "heads * head_dim")
+    return any(phrase in message for phrase in phrases)
+
+
+@pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
+@pytest.mark.parametrize("case_id", WITH_PARAMS)
+def test_params_that_do_not_fit_name_the_path_and_the_key(case_id, kind):
+    case = BY_ID[case_id]
+    layer = case.make()
+    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
+    path = _first_leaf(params)
+    bad, key = _misfits(params, path)[kind]
+    with pytest.raises(LayerError) as info:
+        _traced(layer, bad, _input(case), state, case.kwargs)
+    message = str(info.value)
+    own = kind == "shape" and _own_width_check(message)
+    assert message.startswith(_where(case, path)) or own, message
+    named = repr(key) in message or f".{key}'" in message  # Tied names 'emb.weight'
+    assert named or (kind == "shape" and _own_width_check(message)), message
+
+
+@pytest.mark.parametrize("case_id", WITH_PARAMS)
+def test_params_of_another_kind_name_the_key(case_id):
+    """An entry that should be an array given as a dict, and a dict given as None."""
+    case = BY_ID[case_id]
+    layer = case.make()
+    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
+    path = _first_leaf(params)
+    bad = _edit(params, path, lambda d: {**d, path[-1]: {"x": jnp.zeros(2)}})
+    with pytest.raises(LayerError, match=repr(path[-1])):
+        _traced(layer, bad, _input(case), state, case.kwargs)
+    with pytest.raises(LayerError, match=r"params expected a dict|params has no entry"):
+        _traced(layer, None, _input(case), state, case.kwargs)
+
+
+@pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
+@pytest.mark.parametrize("case_id", WITH_STATE)
+def test_state_that_does_not_fit_names_the_path_and_the_key(case_id, kind):
+    case = BY_ID[case_id]
+    layer = case.make()
+    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
+    path = _first_leaf(state)
+    bad, key = _misfits(state, path)[kind]
+    with pytest.raises(LayerError) as info:
+        _traced(layer, params, _input(case), bad, case.kwargs)
+    message = str(info.value)
+    own = kind == "shape" and _own_width_check(message)
+    assert message.startswith(_where(case, path)) or own, message
+    named = repr(key) in message or f".{key}'" in message  # Tied names 'emb.weight'
+    assert named or (kind == "shape" and _own_width_check(message)), message
+
+
+def test_a_switched_off_bias_is_expected_absent_and_a_switched_on_one_required():
+    x = jnp.ones((4, 5))
+    on, off = L.Linear(6), L.Linear(6, bias=False)
+    p_on, p_off = on.init(KEY, x.shape), off.init(KEY, x.shape)
+    with pytest.raises(LayerError, match=r"^Linear: params entry 'bias' expected an array"):
+        on.apply(p_off, x)
+    with pytest.raises(LayerError, match=r"^Linear: params entry 'bias' expected no such entry"):
+        off.apply(p_on, x)
+    # a (7, 5) weight for Linear(6) used to give a (4, 7) output
+    with pytest.raises(LayerError, match=r"'weight' shape expected \(6, 5\), got \(7, 5\)"):
+        off.apply({"weight": jnp.ones((7, 5))}, x)
+
+
+def test_the_check_runs_under_jit_and_vmap_and_inside_containers():
+    model = L.Sequential(L.Linear(3), L.ReLU(), L.Repeat(L.Sequential(L.Linear(3)), 2))
+    params = model.init(KEY, (4, 5))
+    bad = {**params, "2": Stacked({"0": {"weight": params["2"].tree["0"]["weight"]}}, 2)}
+    for run in (model.apply, jax.jit(model.apply), jax.vmap(model.apply, in_axes=(None, 0))):
+        x = (
+            jnp.ones((2, 4, 5))
+            if run is not model.apply and "vmap" in repr(run)
+            else jnp.ones((4, 5))
+        )
+        with pytest.raises(
+            LayerError, match=r"^Sequential\[2\.\*\.0\] Linear: params entry 'bias'"
+        ):
+            run(bad, x)
+
+
+def test_per_block_params_of_a_repeat_are_checked_per_block():
+    rep = L.Repeat(L.Linear(4), 3)
+    params = rep.init(KEY, (2, 4))
+    blocks = rep.unstack(params)
+    rep.apply(blocks, jnp.ones((2, 4)))  # fits
+    blocks["1"] = {"weight": blocks["1"]["weight"]}
+    with pytest.raises(LayerError, match=r"^Repeat\[1\] Linear: params entry 'bias'"):
+        rep.apply(blocks, jnp.ones((2, 4)))
+
+
+# -- empty axes ---------------------------------------------------------------------
+
+
+def _zeroed(case: Case):
+    for axis in range(len(case.shape)):
+        shape = list(case.shape)
+        shape[axis] = 0
+        yield axis, tuple(shape)
+
+
+EMPTY = [(c.id, axis) for c in CASES for axis, _ in _zeroed(c)]
+
+
+def _torch_out(torch, case, module, x):
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = case.torch_call(module, x) if case.torch_call else module(x)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize(("case_id", "axis"), EMPTY, ids=[f"{c}-axis{a}" for c, a in EMPTY])
+def test_empty_axes_give_torchs_answer(case_id, axis, torch):
+    case = BY_ID[case_id]
+    layer = case.make()
+    shape = dict(_zeroed(case))[axis]
+    x = _input(case, shape)
+    try:
+        params, state = layer.init(KEY, shape), layer.init_state(shape)
+        ours = layer.apply(params, jnp.asarray(x), state=state, **case.kwargs) if state else (
+            layer.apply(params, jnp.asarray(x), **case.kwargs))  # fmt: skip
+        ours = np.asarray(jax.tree.leaves(ours[0] if state else ours)[0])
+        raised = None
+    except LayerError as e:
+        ours, raised = None, e
+    same_params = (
+        jax.tree.map(jnp.shape, layer.init(KEY, case.shape))
+        == jax.tree.map(jnp.shape, jax.eval_shape(lambda: layer.init(KEY, shape)))
+        if raised is None
+        else True
+    )
+    if not same_params:
+        return  # the input width: the twin's fixed width cannot take it; ours computed
+    module = twins.randomize(torch, case.torch(torch)).eval()
+    if raised is None:
+        flat = pl.params.flatten(pl.params.merge(params, state))
+        module.load_state_dict(
+            {k: torch.tensor(np.asarray(v)) for k, v in flat.items()}, strict=False
+        )
+    xt = torch.tensor(x)
+    try:
+        theirs = _torch_out(torch, case, module, xt).numpy()
+    except (RuntimeError, ValueError, IndexError) as e:
+        assert raised is not None, f"torch raises {e!r}; ours returned {ours.shape}"
+        return
+    assert raised is None, f"torch returns {theirs.shape}; ours raised {raised}"
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_empty_widths_as_torch(torch):
+    """Where the input width is what is empty, against torch modules of that width."""
+    x = np.zeros((4, 0), np.float32)
+    ours = L.Linear(6)
+    params = ours.init(KEY, x.shape)
+    module = torch.nn.Linear(0, 6)
+    np.testing.assert_array_equal(
+        np.asarray(ours.apply(params, x)), module(torch.tensor(x)).detach()
+    )
+    np.testing.assert_array_equal(np.asarray(params["bias"]), np.zeros(6))  # torch: bound 0
+    for layer, module, shape in [
+        (L.LayerNorm(), torch.nn.LayerNorm(0), (2, 3, 0)),
+        (L.RMSNorm(), torch.nn.RMSNorm(0), (2, 3, 0)),
+        (L.GroupNorm(1), torch.nn.GroupNorm(1, 0), (2, 0, 5)),
+        (L.RNNCell(6), torch.nn.RNNCell(0, 6), (3, 0)),
+    ]:
+        p = layer.init(KEY, shape)
+        flat = pl.params.flatten(p)
+        module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in flat.items()})
+        xs = np.zeros(shape, np.float32)
+        np.testing.assert_allclose(
+            np.asarray(layer.apply(p, xs)), module(torch.tensor(xs)).detach(), atol=1e-6
+        )
+    with pytest.raises(LayerError, match=r"embed_dim\) expected at least 1"):
+        L.InProjAttention(2).init(KEY, (2, 5, 0))  # torch: "embed_dim ... must be greater than 0"
+
+
+def test_batchnorm_trains_on_an_empty_batch_as_torch(torch):
+    bn, module = L.BatchNorm2d(), torch.nn.BatchNorm2d(3).train()
+    params, state = bn.init(KEY, (4, 3, 5, 5)), bn.init_state((4, 3, 5, 5))
+    x = np.zeros((0, 3, 5, 5), np.float32)
+    y, new = bn.apply(params, x, state=state, train=True)
+    assert y.shape == tuple(module(torch.tensor(x)).shape)
+    for name, value in module.state_dict().items():
+        if name in pl.params.flatten(new):
+            np.testing.assert_array_equal(np.asarray(pl.params.flatten(new)[name]), value.numpy())
+
+
+# -- integer and bool inputs ----------------------------------------------------------
+
+DTYPES = [(c, k) for c in FLOAT_INPUT for k in ("int", "bool")]
+
+
+@pytest.mark.parametrize(("case_id", "kind"), DTYPES, ids=[f"{c}-{k}" for c, k in DTYPES])
+def test_integer_and_bool_inputs_compute_as_torch_or_name_the_dtype(case_id, kind, torch):
+    case = BY_ID[case_id]
+    layer = case.make()
+    values = np.random.default_rng(0).integers(-3, 4, case.shape)
+    values = values > 0 if kind == "bool" else values
+    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
+    module = twins.randomize(torch, case.torch(torch)).eval()
+    flat = pl.params.flatten(pl.params.merge(params, state))
+    module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in flat.items()}, strict=False)
+    x = jnp.asarray(values, jnp.bool_ if kind == "bool" else jnp.int32)
+    try:
+        out = (
+            layer.apply(params, x, state=state)[0]
+            if state
+            else layer.apply(params, x, **case.kwargs)
+        )
+    except LayerError as e:
+        assert "dtype" in str(e) and str(x.dtype) in str(e), str(e)
+        return
+    theirs = _torch_out(torch, case, module, torch.tensor(values))  # torch must compute too
+    out = np.asarray(jax.tree.leaves(out)[0])
+    np.testing.assert_allclose(out.astype(np.float64), theirs.numpy().astype(np.float64), atol=1e-4)
+    assert (out.dtype.kind == "f") == theirs.is_floating_point(), (out.dtype, theirs.dtype)
