@@ -1,0 +1,473 @@
+r"""LoRA adapters in PEFT's format: wrap a model's layers, train only the adapters, and
+read and write PEFT's adapter folders.
+
+::
+
+    from purelayers import lora, models as M
+
+    model, base = M.from_pretrained("gpt2-folder")
+    lmodel = lora.wrap(model, target_modules=("c_attn",), r=8, lora_alpha=16)
+    params = lora.init(lmodel, jax.random.key(0), base)   # base weights + A and B
+    tx = optax.multi_transform({True: optax.adam(1e-3), False: optax.set_to_zero()},
+                               lora.trainable(params))    # only the adapters move
+    ...
+    lora.save_adapter("out/adapter", lmodel, params)      # peft.PeftModel.from_pretrained loads it
+    model, merged = lora.merge(lmodel, params)            # the base names, adapters folded in
+
+PEFT's vocabulary and defaults throughout (``r=8``, ``lora_alpha=8``,
+``lora_dropout=0.0``, ``use_rslora=False``, ``bias="none"``). A targeted layer computes
+``y = base(x) + s * B(A(dropout(x)))`` with ``s = lora_alpha / r`` (``lora_alpha /
+sqrt(r)`` with ``use_rslora``); see ``purelayers._lora_layers`` for each kind.
+
+Targets: a name without ``*?[`` (and not ``re:...``) matches a module path equal to it
+or ending in ``"." + name``, PEFT's rule for a list; one with them is a pattern
+(``purelayers._patterns``: an fnmatch glob on the whole dotted path, ``*`` matching
+dots, or ``re:<regex>``) and selects the ``Linear``, ``Embedding`` and ``Conv1d/2d/3d``
+layers among the paths it matches. Paths are checkpoint paths, per block inside a
+``Repeat`` (``transformer.h.0.attn.c_attn``); as a ``Repeat``'s blocks share one
+structure, a target must select a layer in all of its blocks or in none.
+
+Dropout needs ``key`` and ``train=True`` to reach the LoRA layer: a container that
+applies its children without them (the attention and MLP blocks of ``purelayers.models``
+do) leaves the adapter's dropout off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from purelayers import _atomic
+from purelayers import params as _params
+from purelayers._lora_layers import LoraConv, LoraEmbedding, LoraLinear, _Lora, check_settings
+from purelayers._lora_wrap import LoraModel, join, parse_targets, resolve, unwrap
+from purelayers._tree import Stacked
+from purelayers.layers._checks import check_choice
+from purelayers.layers.core import Layer, Params
+
+__all__ = [
+    "ADAPTER_CONFIG_NAME",
+    "ADAPTER_WEIGHTS_NAME",
+    "LoraConv",
+    "LoraEmbedding",
+    "LoraLinear",
+    "LoraModel",
+    "init",
+    "load_adapter",
+    "merge",
+    "save_adapter",
+    "trainable",
+    "wrap",
+]
+
+ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
+ADAPTER_CONFIG_NAME = "adapter_config.json"
+_PREFIX = "base_model.model."  # PEFT's prefix for a LoRA model's adapter names
+_ADAPTER_KEYS = frozenset({"lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B"})
+
+
+# -- wrap -------------------------------------------------------------------------------
+
+
+def wrap(
+    model: Layer,
+    target_modules: str | Sequence[str],
+    *,
+    r: int = 8,
+    lora_alpha: float = 8,
+    lora_dropout: float = 0.0,
+    use_rslora: bool = False,
+    bias: str = "none",
+) -> LoraModel:
+    r"""``model`` with a LoRA adapter on each layer ``target_modules`` selects, as
+    ``peft.get_peft_model(model, peft.LoraConfig(...))``.
+
+    Each targeted ``Linear`` (either layout; GPT-2's transposed ``Conv1D`` is PEFT's
+    ``fan_in_fan_out=True``) becomes a ``LoraLinear`` computing ``base(x) +
+    (lora_alpha / r) * B(A(dropout(x)))``, with ``lora_A.weight`` ``[r, in]`` and
+    ``lora_B.weight`` ``[out, r]`` beside the frozen ``weight`` and ``bias``; an
+    ``Embedding`` a ``LoraEmbedding`` (``lora_embedding_A`` ``[r, num_embeddings]``,
+    ``lora_embedding_B`` ``[embedding_dim, r]``); a ``Conv1d/2d/3d`` a ``LoraConv``.
+
+    Args:
+      model: a layer (a ``purelayers.models`` model, a ``Sequential``, ...) whose
+        children are dataclass fields or entries of a dict attribute (as in
+        ``purelayers.models``' GPT-2 and Llama families); not already wrapped.
+      target_modules: a name or a list of names and patterns (module docstring): names
+        match a path equal to them or ending in ``.name`` (``"q_proj"``,
+        ``"attn.c_attn"``), patterns the whole path (``"*.h.*.attn.c_attn"``).
+      r: the rank, a positive int. Default ``8``.
+      lora_alpha: the scale numerator, > 0. Default ``8``.
+      lora_dropout: dropout on each adapter's input in train mode, in ``[0, 1)``.
+        Default ``0.0``.
+      use_rslora: scale by ``lora_alpha / sqrt(r)`` (rank-stabilized LoRA). Default
+        ``False``.
+      bias: which biases train; only ``"none"`` (``trainable`` marks adapters only).
+
+    Returns:
+      a ``LoraModel``; ``init`` (or ``load_adapter``) makes its params from the base's.
+
+    Raises:
+      ValueError: a bad setting (naming it), targets that match nothing, a name that
+        matches a layer of another kind, a tied layer, a target in only some blocks of
+        a ``Repeat``, or a model whose children cannot be replaced.
+
+    Example:
+      >>> mlp = L.Sequential({"q_proj": L.Linear(4), "act": L.ReLU(), "out": L.Linear(2)})
+      >>> lmodel = wrap(mlp, target_modules=["q_proj"], r=2, lora_alpha=4)
+      >>> list(pl.params.flatten(lmodel.init(jax.random.key(0), (1, 3))))
+      ['q_proj.weight', 'q_proj.bias', 'q_proj.lora_A.weight', 'q_proj.lora_B.weight', 'out.weight', 'out.bias']
+    """
+    if not isinstance(model, Layer):
+        raise ValueError(f"lora.wrap: model must be a purelayers Layer, got {model!r}")
+    if isinstance(model, LoraModel):
+        raise ValueError(
+            "lora.wrap: model is already LoRA-wrapped; wrap lmodel.model with all the "
+            "target_modules at once, or lora.merge it first"
+        )
+    chosen = parse_targets(target_modules)
+    check_settings("lora.wrap", r, lora_alpha, lora_dropout, use_rslora)
+    check_choice("lora.wrap", "bias", bias, ("none",))
+    paths = resolve(model, chosen)
+    settings = dict(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, use_rslora=use_rslora)
+    return LoraModel(model, paths, **settings)
+
+
+# -- params -----------------------------------------------------------------------------
+
+
+def _need_wrapped(who: str, lmodel: Any) -> LoraModel:
+    if not isinstance(lmodel, LoraModel):
+        raise ValueError(f"{who}: lmodel must be the layer lora.wrap returns, got {lmodel!r}")
+    return lmodel
+
+
+Visit = Callable[[_Lora, Params, tuple[str, ...], tuple[int, ...]], Params]
+
+
+def _map_targets(lmodel: LoraModel, params: Any, visit: Visit, who: str) -> Any:
+    """``params`` with the subtree of each LoRA layer replaced by ``visit(layer, subtree,
+    names, lead)``: ``names`` the target's paths (one per block under ``Repeat``s, in C
+    order of the stacked axes ``lead``). Every target must be found with its base
+    ``weight``, else a ``ValueError`` names the missing ones."""
+    seen: set[str] = set()
+
+    def go(layer: Layer, tree: Any, names: tuple[str, ...], lead: tuple[int, ...]) -> Any:
+        core = unwrap(layer)
+        if isinstance(core, _Lora):
+            weight = tree.get("weight") if isinstance(tree, Mapping) else None
+            if getattr(weight, "ndim", None) != len(lead) + core.weight_rank:
+                return tree
+            seen.update(names)
+            return visit(core, tree, names, lead)
+        kids = core.children()
+        if isinstance(tree, Stacked) and "0" in kids:
+            inner = tuple(join(p, str(i)) for p in names for i in range(tree.n))
+            return Stacked(go(kids["0"], tree.tree, inner, (*lead, tree.n)), tree.n)
+        if not isinstance(tree, Mapping):
+            return tree
+        return {
+            k: go(kids[k], v, tuple(join(p, k) for p in names), lead) if k in kids else v
+            for k, v in tree.items()
+        }
+
+    out = go(lmodel._inner, params, ("",), ())
+    missing = [p for p in lmodel.target_modules if p not in seen]
+    if missing:
+        shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+        raise ValueError(
+            f"{who}: params has no base weight for the LoRA targets {shown}; pass the "
+            "params of the model given to lora.wrap (from its init or M.from_pretrained)"
+        )
+    return out
+
+
+def _stack(trees: list[Any], lead: tuple[int, ...]) -> Any:
+    """One tree from per-block trees (C order of ``lead``), each leaf ``(*lead, ...)``."""
+    if not lead:
+        return trees[0]
+    return jax.tree.map(lambda *a: jnp.stack(a).reshape(*lead, *jnp.shape(a[0])), *trees)
+
+
+def _base_only(tree: Params) -> Params:
+    return {k: v for k, v in tree.items() if k not in _ADAPTER_KEYS}
+
+
+def _with_adapter(layer: _Lora, tree: Params, adapter: Params) -> Params:
+    return layer.ordered({**_base_only(tree), **adapter})
+
+
+def init(lmodel: LoraModel, key: jax.Array, base_params: Params) -> Params:
+    """``base_params`` (the params of the model given to ``wrap``) with a fresh adapter
+    on every target: PEFT's defaults (``lora_A`` ``kaiming_uniform(a=sqrt(5))``,
+    ``lora_B`` zeros; an Embedding's ``lora_embedding_A`` zeros and ``lora_embedding_B``
+    ``N(0, 1)``), so the model's outputs start unchanged. Target ``i`` of
+    ``lmodel.target_modules`` (one per block) draws from ``fold_in(key, i)``; adapters
+    take their base weight's dtype. Existing adapter entries are replaced; the base
+    arrays are reused, not copied, and ``base_params`` is not changed.
+
+    Raises:
+      ValueError: ``lmodel`` not from ``wrap``, or ``base_params`` lacking a target's
+        weight (naming it).
+    """
+    lmodel = _need_wrapped("lora.init", lmodel)
+    index = {p: i for i, p in enumerate(lmodel.target_modules)}
+
+    def visit(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
+        w = tree["weight"]
+        shape = tuple(w.shape[len(lead) :])
+        drawn = [
+            layer.init_adapter(jax.random.fold_in(key, index[n]), shape, w.dtype) for n in names
+        ]
+        return _with_adapter(layer, tree, _stack(drawn, lead))
+
+    return _map_targets(lmodel, base_params, visit, "lora.init")
+
+
+def trainable(params: Any) -> Any:
+    """A bool tree shaped like ``params`` (``Stacked`` nodes included): True exactly on
+    the adapter leaves (under ``lora_A``/``lora_B``, or named ``lora_embedding_A``/
+    ``lora_embedding_B``), False on every base leaf. For optax::
+
+        tx = optax.multi_transform({True: optax.adam(1e-3), False: optax.set_to_zero()},
+                                   lora.trainable(params))
+
+    whose state then holds moments for the adapters only (``optax.masked`` alone passes
+    the other gradients through unchanged: chain it with ``set_to_zero`` on the rest).
+    """
+
+    def is_adapter(path: tuple[Any, ...], _: Any) -> bool:
+        return any(getattr(k, "key", None) in _ADAPTER_KEYS for k in path)
+
+    return jax.tree_util.tree_map_with_path(is_adapter, params)
+
+
+def merge(lmodel: LoraModel, params: Params) -> tuple[Layer, Params]:
+    """``(lmodel.model, merged)``: the model given to ``wrap`` and params with exactly
+    its names, each target's ``weight`` replaced by ``weight + scaling * B @ A`` (in the
+    weight's layout: transposed for a transposed ``Linear``; ``[out, in, *k]`` for a
+    convolution; an Embedding's ``(B @ A).T``), computed in at least float32 and cast to
+    the weight's dtype, as PEFT's ``merge_and_unload``. ``params`` is not changed.
+    """
+    lmodel = _need_wrapped("lora.merge", lmodel)
+
+    def visit(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
+        w = tree["weight"]
+        base = _base_only(tree)
+        base["weight"] = (
+            w.astype(jnp.promote_types(w.dtype, jnp.float32)) + layer.delta(tree)
+        ).astype(w.dtype)
+        return base
+
+    return lmodel.model, _map_targets(lmodel, params, visit, "lora.merge")
+
+
+# -- PEFT's adapter folder ---------------------------------------------------------------
+
+
+def _adapter_names(lmodel: LoraModel) -> list[str]:
+    """Our dotted names of every adapter array, per block, in target order."""
+    names = []
+    for path, layer in lmodel.adapters().items():
+        names += [f"{path}.{n}" for n in layer.adapter_keys]
+    return names
+
+
+def _peft_config(lmodel: LoraModel, base_model_name_or_path: str | None) -> dict[str, Any]:
+    """What ``peft.LoraConfig(...).to_dict()`` holds for these settings (the fields every
+    PEFT release since 0.9 reads), with the matched paths as ``target_modules``."""
+    linears = [m.base for m in lmodel.adapters().values() if isinstance(m, LoraLinear)]
+    fan_in_fan_out = bool(linears) and all(b.transposed for b in linears)
+    return {
+        "peft_type": "LORA",
+        "task_type": None,
+        "base_model_name_or_path": base_model_name_or_path,
+        "revision": None,
+        "inference_mode": True,
+        "r": lmodel.r,
+        "target_modules": list(lmodel.target_modules),
+        "exclude_modules": None,
+        "lora_alpha": lmodel.lora_alpha,
+        "lora_dropout": lmodel.lora_dropout,
+        "fan_in_fan_out": fan_in_fan_out,
+        "bias": "none",
+        "use_rslora": lmodel.use_rslora,
+        "modules_to_save": None,
+        "init_lora_weights": True,
+        "layers_to_transform": None,
+        "layers_pattern": None,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "megatron_config": None,
+        "megatron_core": "megatron.core",
+        "loftq_config": {},
+        "use_dora": False,
+        "layer_replication": None,
+        "lora_bias": False,
+    }
+
+
+def save_adapter(
+    path: str | os.PathLike,
+    lmodel: LoraModel,
+    params: Params,
+    *,
+    base_model_name_or_path: str | None = None,
+) -> Path:
+    """Write PEFT's adapter folder: ``peft.PeftModel.from_pretrained(base, path)`` loads
+    it onto the torch model whose ``state_dict`` names ``lmodel.model``'s params carry.
+
+    ``adapter_model.safetensors`` holds the adapter arrays only, named
+    ``base_model.model.<target>.lora_A.weight`` (per block; in their dtype);
+    ``adapter_config.json`` PEFT's ``LoraConfig`` fields with the matched paths as
+    ``target_modules`` and ``fan_in_fan_out`` true for transposed (GPT-2) Linears. The
+    folder is created if needed; each file is written atomically, and nothing is
+    written when a check fails.
+
+    Args:
+      path: the folder.
+      lmodel: the ``LoraModel``.
+      params: its params (from ``init``, ``load_adapter``, or training).
+      base_model_name_or_path: recorded in the config (``None`` by default).
+
+    Returns:
+      the folder.
+    """
+    lmodel = _need_wrapped("lora.save_adapter", lmodel)
+    flat = _params.flatten(params)
+    names = _adapter_names(lmodel)
+    missing = [n for n in names if n not in flat]
+    if missing:
+        raise ValueError(
+            f"lora.save_adapter: params has no {missing[0]!r} ({len(missing)} adapter arrays "
+            "missing); pass the params lora.init or lora.load_adapter returns"
+        )
+    tensors = _params.unflatten({_PREFIX + n: flat[n] for n in names})
+    text = json.dumps(_peft_config(lmodel, base_model_name_or_path), indent=2, sort_keys=True)
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    _params.save(folder / ADAPTER_WEIGHTS_NAME, tensors)
+    with _atomic.Temporary(folder / ADAPTER_CONFIG_NAME) as tmp:
+        tmp.file.write_text(text + "\n", encoding="utf-8")
+        tmp.finish()
+        tmp.commit()
+    return folder
+
+
+def _read_config(file: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        config = f"not valid JSON ({e})"
+    if not isinstance(config, dict):
+        problem = config if isinstance(config, str) else "not a JSON object"
+        raise _params.CheckpointError(file, problem)
+    return config
+
+
+def _check_config(file: Path, config: dict[str, Any], lmodel: LoraModel) -> None:
+    """The file's settings must be the wrapped model's (and plain LoRA)."""
+    want = {
+        "peft_type": "LORA",
+        "r": lmodel.r,
+        "lora_alpha": lmodel.lora_alpha,
+        "use_rslora": lmodel.use_rslora,
+        "use_dora": False,
+        "bias": "none",
+        "lora_bias": False,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+    }
+    defaults = {"use_rslora": False, "use_dora": False, "bias": "none", "lora_bias": False}
+    for field, expected in want.items():
+        got = config.get(field, defaults.get(field, {} if field.endswith("pattern") else None))
+        if got != expected and not (got is None and field.endswith("pattern")):
+            raise _params.CheckpointError(
+                file,
+                f"{field} is {got!r} but the wrapped model has {expected!r}; wrap the model "
+                f"with the adapter's settings (lora.wrap(model, ..., {field}={got!r}))"
+                if field in ("r", "lora_alpha", "use_rslora")
+                else f"{field} is {got!r}; lora.load_adapter reads plain LoRA adapters "
+                f"({field}={expected!r})",
+            )
+
+
+def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params) -> Params:
+    """``base_params`` with the adapter of PEFT's folder at ``path`` (written by
+    ``peft``'s ``save_pretrained`` or by ``save_adapter``) on every target.
+
+    The config's ``r``, ``lora_alpha`` and ``use_rslora`` must be ``lmodel``'s, and the
+    file must hold exactly ``lmodel``'s adapter names (``base_model.model.<target>...``,
+    per block) with their shapes; arrays are cast to their base weight's dtype. Every
+    check runs before anything is built; ``base_params`` is not changed.
+
+    Raises:
+      FileNotFoundError: no ``adapter_config.json`` or ``adapter_model.safetensors``.
+      CheckpointError: (a ``ValueError``) a config or file that does not fit ``lmodel``
+        (names missing or unexpected, wrong shapes, other settings), naming the file.
+      ValueError: ``base_params`` lacking a target's weight.
+    """
+    lmodel = _need_wrapped("lora.load_adapter", lmodel)
+    folder = Path(path)
+    config_file, weights_file = folder / ADAPTER_CONFIG_NAME, folder / ADAPTER_WEIGHTS_NAME
+    for file in (config_file, weights_file):
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"lora.load_adapter: {folder} has no {file.name} (PEFT's adapter folder holds "
+                f"{ADAPTER_CONFIG_NAME} and {ADAPTER_WEIGHTS_NAME})"
+            )
+    _check_config(config_file, _read_config(config_file), lmodel)
+    tensors = _params.load(weights_file)
+    expected: dict[str, tuple[int, ...]] = {}
+
+    def shapes(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
+        rel = layer.adapter_shapes(tuple(tree["weight"].shape[len(lead) :]))
+        expected.update({f"{n}.{k}": s for n in names for k, s in rel.items()})
+        return tree
+
+    _map_targets(lmodel, base_params, shapes, "lora.load_adapter")
+    got = {k.removeprefix(_PREFIX): v for k, v in tensors.items()}
+    _check_names(weights_file, expected, {k: tuple(v.shape) for k, v in got.items()})
+
+    def fetch(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
+        dtype = tree["weight"].dtype
+        rel = list(layer.adapter_shapes(tuple(tree["weight"].shape[len(lead) :])))
+        blocks = [
+            _params.unflatten({k: jnp.asarray(got[f"{n}.{k}"], dtype) for k in rel}) for n in names
+        ]
+        return _with_adapter(layer, tree, _stack(blocks, lead))
+
+    return _map_targets(lmodel, base_params, fetch, "lora.load_adapter")
+
+
+def _check_names(file: Path, expected: dict[str, tuple], got: dict[str, tuple]) -> None:
+    missing = [n for n in expected if n not in got]
+    unexpected = [n for n in got if n not in expected]
+    wrong = [
+        f"{n}: expected {expected[n]}, got {got[n]}"
+        for n in expected
+        if n in got and got[n] != expected[n]
+    ]
+    problems = []
+    if missing:
+        problems.append(
+            f"missing {len(missing)} adapter arrays {[_PREFIX + n for n in missing[:4]]}"
+        )
+    if unexpected:
+        problems.append(
+            f"{len(unexpected)} names the model has no adapter for {sorted(unexpected)[:4]}"
+        )
+    if wrong:
+        problems.append(f"shapes that do not fit: {'; '.join(wrong[:4])}")
+    if problems:
+        raise _params.CheckpointError(
+            file,
+            "does not fit the wrapped model: " + "; ".join(problems) + " (is it an adapter of "
+            "this base model, wrapped with the same target_modules and r?)",
+        )
