@@ -252,7 +252,7 @@ def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple,
             jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
         except LayerError:
             raise
-        except Exception:
+        except Exception:  # the mismatch is the error to report
             pass
         raise mismatch from None
 
