@@ -59,6 +59,7 @@ TESTED_ELSEWHERE = {
     "sharding.py": (18, "tests/test_sharding.py"),
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
+    "layers/_capture.py": (1, "tests/test_capture.py"),
     "lora.py": (10, "tests/test_lora.py"),
     "_lora_wrap.py": (7, "tests/test_lora.py"),
     "_lora_layers.py": (6, "tests/test_lora.py"),

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers._tree import Stacked
+from purelayers.layers._capture import paused
 from purelayers.layers._checks import LayerError
 
 __all__ = ["check_fit", "expected_tree"]
@@ -51,6 +52,11 @@ def expected_tree(layer: Any, x: Any, what: str) -> Any:
     spec = _abstract_input(layer, x)
     if spec is None:
         return None
+    with paused():
+        return _expected_or_none(layer, spec, what)
+
+
+def _expected_or_none(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
     try:
         try:
             return _expected_cached(layer, spec, what)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers._tree import Stacked
+from purelayers.layers._capture import paused, run_child
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
@@ -213,7 +214,7 @@ def apply_child(
     """
     try:  # the parent's tree was checked: the child runs unchecked
         need_dtype(type(child).__name__, x, child.accepts)
-        return unchecked(child)(params, x, *args, **kwargs)
+        return run_child(name, lambda: unchecked(child)(params, x, *args, **kwargs))
     except LayerError as e:
         raise e.within(type(parent).__name__, name) from None
     except KeyError as e:
@@ -249,7 +250,8 @@ def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple,
         # where the layer's own checks refuse this call (an input of the wrong width for
         # these params, say), their message names the problem better
         try:
-            jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
+            with paused():
+                jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
         except LayerError:
             raise
         except Exception:  # the mismatch is the error to report
@@ -462,6 +464,11 @@ class Sequential(Layer):
 
 
 def _output_spec(layer: Layer, params: Any, state: Any, x: jax.ShapeDtypeStruct) -> Any:
+    with paused():
+        return _output_spec_of(layer, params, state, x)
+
+
+def _output_spec_of(layer: Layer, params: Any, state: Any, x: jax.ShapeDtypeStruct) -> Any:
     if jax.tree.leaves(state):
 
         def run(p, s, x):

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers._tree import Stacked
+from purelayers.layers import _capture
 from purelayers.layers._checks import LayerError, check_int
 from purelayers.layers.core import Layer, Params, _spec, apply_child
 
@@ -102,7 +103,14 @@ class Remat(Layer):
         def run(p, x, kw):
             return self.layer.apply(p, x, train=train, **kw)
 
-        return jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
+        rec = _capture.active()
+        if rec is None:
+            return jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
+        # captured values leave the checkpoint as its outputs, not as leaked tracers
+        run = _capture.collect(run, _capture.inner(rec))
+        out, values = jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
+        _capture.record(rec, values)
+        return out
 
 
 def _stack_leaves(trees: list[Any]) -> Any:
@@ -275,9 +283,18 @@ class Repeat(Layer):
                 kw = {**extra, **arrays}
                 return apply_child(self, name, self.layer, p, h, key=k, train=train, **kw)
 
-            if self.remat:
-                run = jax.checkpoint(run, policy=_policy(self.remat_policy))
-            out = run(blocks[name], x, arrays)
+            rec = _capture.active()
+            if self.remat and rec is not None:
+                out, values = jax.checkpoint(
+                    _capture.collect(run, _capture.inner(rec)), policy=_policy(self.remat_policy)
+                )(blocks[name], x, arrays)
+                _capture.record(rec, values)
+            elif self.remat:
+                out = jax.checkpoint(run, policy=_policy(self.remat_policy))(
+                    blocks[name], x, arrays
+                )
+            else:
+                out = run(blocks[name], x, arrays)
             if blocks_state is not None:
                 out, s = out
                 states.append(s)
@@ -329,6 +346,7 @@ class Repeat(Layer):
             return self._apply_unrolled(params, x, key, train, cache, state, kwargs)
         stacked = self._blocks(params, "params")
         blocks_state = None if state is None else self._blocks(state, "state")
+        rec = _capture.active()
 
         def body(h, inputs):
             p, i, c, s = inputs
@@ -338,20 +356,29 @@ class Repeat(Layer):
                 extra["cache"] = c
             if s is not None:
                 extra["state"] = s
+
             # The body is traced once for all blocks: "*" stands for any of them.
-            out = apply_child(
-                self, "*", self.layer, {} if p is None else p, h, key=k, train=train, **extra
-            )
+            def block():
+                p_ = {} if p is None else p
+                return apply_child(self, "*", self.layer, p_, h, key=k, train=train, **extra)
+
+            values: dict[str, Any] = {}
+            if rec is None:
+                out = block()
+            else:  # captured values leave the scan as its outputs, one per block
+                out, values = _capture.collect(block, _capture.scanned(rec, self.n))()
             if s is not None:
                 out, s = out
             if c is not None:
                 out, c = out
-            return out, (c, s)
+            return out, (c, s, values)
 
         if self.remat:
             body = jax.checkpoint(body, policy=_policy(self.remat_policy))
         xs = (stacked, jnp.arange(self.n), cache, blocks_state)
-        y, (new_cache, new_state) = jax.lax.scan(body, x, xs)
+        y, (new_cache, new_state, values) = jax.lax.scan(body, x, xs)
+        if rec is not None:
+            _capture.record_blocks(rec, values, self.n)
         out: Any = y if cache is None else (y, new_cache)
         if state is None:
             return out
