@@ -192,6 +192,17 @@ def test_per_block_params_of_a_repeat_are_checked_per_block():
         rep.apply(blocks, jnp.ones((2, 4)))
 
 
+def _jitted(layer, case: Case, state):
+    """The first output of ``apply``, one compiled program (cheaper than op by op)."""
+
+    def run(params, state, x):
+        out = layer.apply(params, x, state=state, **case.kwargs) if state else (
+            layer.apply(params, x, **case.kwargs))  # fmt: skip
+        return jax.tree.leaves(out[0] if state else out)[0]
+
+    return jax.jit(run)
+
+
 # -- empty axes ---------------------------------------------------------------------
 
 
@@ -220,9 +231,7 @@ def test_empty_axes_give_torchs_answer(case_id, axis, torch):
     x = _input(case, shape)
     try:
         params, state = layer.init(KEY, shape), layer.init_state(shape)
-        ours = layer.apply(params, jnp.asarray(x), state=state, **case.kwargs) if state else (
-            layer.apply(params, jnp.asarray(x), **case.kwargs))  # fmt: skip
-        ours = np.asarray(jax.tree.leaves(ours[0] if state else ours)[0])
+        ours = np.asarray(_jitted(layer, case, state)(params, state, jnp.asarray(x)))
         raised = None
     except LayerError as e:
         ours, raised = None, e
@@ -306,15 +315,28 @@ def test_integer_and_bool_inputs_compute_as_torch_or_name_the_dtype(case_id, kin
     module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in flat.items()}, strict=False)
     x = jnp.asarray(values, jnp.bool_ if kind == "bool" else jnp.int32)
     try:
-        out = (
-            layer.apply(params, x, state=state)[0]
-            if state
-            else layer.apply(params, x, **case.kwargs)
-        )
+        out = _jitted(layer, case, state)(params, state, x)
     except LayerError as e:
         assert "dtype" in str(e) and str(x.dtype) in str(e), str(e)
         return
     theirs = _torch_out(torch, case, module, torch.tensor(values))  # torch must compute too
-    out = np.asarray(jax.tree.leaves(out)[0])
+    out = np.asarray(out)
     np.testing.assert_allclose(out.astype(np.float64), theirs.numpy().astype(np.float64), atol=1e-4)
     assert (out.dtype.kind == "f") == theirs.is_floating_point(), (out.dtype, theirs.dtype)
+
+
+def test_a_model_and_its_lora_copy_are_each_checked_against_their_own_tree():
+    """``lora.wrap`` copies a model with some children replaced; the copy compares equal
+    to the original by configuration, yet each is checked against its own tree."""
+    from purelayers import lora
+    from purelayers import models as M
+
+    model = M.GPT2LMHeadModel(M.GPT2Config(vocab_size=20, n_embd=8, n_layer=1, n_head=2))
+    base = model.init(KEY, (1, 5))
+    lmodel = lora.wrap(model, ("c_attn",), r=2)
+    params = lora.init(lmodel, KEY, base)
+    ids = jnp.ones((1, 5), jnp.int32)
+    lmodel.apply(params, ids)
+    model.apply(base, ids)
+    with pytest.raises(LayerError, match=r"params entry 'lora_A' expected no such entry"):
+        model.apply(params, ids)

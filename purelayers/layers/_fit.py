@@ -10,7 +10,8 @@ covered by their parent's tree). A missing, unexpected or wrongly shaped entry r
 
 from __future__ import annotations
 
-import functools
+import collections
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,9 +41,58 @@ def _expected(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
     return jax.eval_shape(lambda: layer.init_state(spec, jnp.float32))
 
 
-@functools.lru_cache(maxsize=512)
+class _Memo:
+    """The expected trees already built, by (layer, input spec, what): the trees are
+    pure functions of those, so this only saves tracing ``init`` again (``init`` itself
+    fills it). Bounded, least recently used out first."""
+
+    def __init__(self, size: int = 512):
+        self.size, self.items = size, collections.OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        value = self.items.get(key)
+        if value is not None:
+            self.items.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self.items[key] = value
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+
+_MEMO = _Memo()
+
+
+def _identity(layer: Any) -> Any:
+    """``layer`` as a memo key. Layers compare by configuration; a model that builds its
+    children from its config (``purelayers.models``) and a copy with replaced children
+    (``lora.wrap``) compare equal, so their children are part of the key."""
+    parts = getattr(layer, "_parts", None)
+    if isinstance(parts, dict):
+        return (layer, tuple((name, _identity(child)) for name, child in parts.items()))
+    return layer
+
+
 def _expected_cached(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
-    return _expected(layer, spec, what)
+    key = (type(layer), _identity(layer), spec, what)
+    value = _MEMO.get(key)
+    if value is None:
+        value = _expected(layer, spec, what)
+        _MEMO.put(key, value)
+    return value
+
+
+def remember(layer: Any, shape: tuple[int, ...], params: Any) -> None:
+    """What ``init`` just built for ``shape``, so checking ``apply`` on that input
+    traces nothing more."""
+    spec = jax.ShapeDtypeStruct(shape, jnp.int32 if layer.takes_ids else jnp.float32)
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), params
+    )
+    with contextlib.suppress(TypeError):  # a layer holding an unhashable value
+        _MEMO.put((type(layer), _identity(layer), spec, "params"), abstract)
 
 
 def expected_tree(layer: Any, x: Any, what: str) -> Any:

@@ -27,7 +27,7 @@ from purelayers.layers._checks import (
     missing_params,
     need_dtype,
 )
-from purelayers.layers._fit import check_fit
+from purelayers.layers._fit import check_fit, remember
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
@@ -265,7 +265,11 @@ def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(raw)
     def init(self: Layer, key: Any, shape: Any, *args: Any, **kwargs: Any) -> Any:
         check_shape(type(self).__name__, shape)
-        return raw(self, key, shape, *args, **kwargs)
+        params = raw(self, key, shape, *args, **kwargs)
+        most_derived = getattr(type(self).init, "unchecked", None) is raw
+        if most_derived and len(args) <= 1 and kwargs.keys() <= {"dtype"}:
+            remember(self, as_shape(shape), params)
+        return params
 
     init.unchecked = raw  # type: ignore[attr-defined]
     return init
