@@ -503,6 +503,11 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("input-dtype", lambda: run(L.Linear(4), (2, 3), dtype=jnp.bool_), LayerError,
      r"^Linear: input dtype expected floating point, got bool\n  the torch "
      r"layer refuses bool inputs too; cast first \(x\.astype\(jnp\.float32\)\)$"),
+    ("softmax-axis-out-of-range", lambda: run(L.Sequential(L.Linear(3), L.LogSoftmax(axis=-3)), (2, 3)),
+     LayerError, r"^Sequential\[1\] LogSoftmax: axis -3 expected in \[-2, 1\] for an input of "
+     r"rank 2, got x\.shape == \(2, 3\)$"),
+    ("softmax-axis-root", lambda: run(L.Softmax(3), (2, 3, 4)), LayerError,
+     r"^Softmax: axis 3 expected in \[-3, 2\]"),
     ("pool-empty-axis", lambda: run(L.MaxPool2d(2), (2, 3, 0, 8)), LayerError,
      r"^MaxPool2d: input axis 2 length expected at least 1 \(only the batch axis may be empty, "
      r"as in torch\), got 0 \(x\.shape == \(2, 3, 0, 8\)\)$"),

@@ -352,6 +352,18 @@ class Exponential(_Activation):
         return exponential(x)
 
 
+def _need_axis(layer: str, x: Any, axis: int) -> None:
+    """``axis`` must be an axis of ``x`` (torch: "Dimension out of range")."""
+    ndim = jnp.ndim(x)
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise LayerError(
+            layer,
+            f"axis {axis}",
+            f"in [{-max(ndim, 1)}, {max(ndim, 1) - 1}] for an input of rank {ndim}",
+            f"x.shape == {tuple(jnp.shape(x))}",
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Softmax(_Activation):
     """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``."""
@@ -364,6 +376,9 @@ class Softmax(_Activation):
         check_int("Softmax", "axis", self.axis, minimum=-(2**31))
 
     def function(self, x):
+        _need_axis(type(self).__name__, x, self.axis)
+        if jnp.ndim(x) == 0:  # torch takes a scalar along dim 0 or -1
+            return softmax(jnp.reshape(x, (1,)), 0)[0]
         return softmax(x, self.axis)
 
 
@@ -379,6 +394,9 @@ class LogSoftmax(_Activation):
         check_int("LogSoftmax", "axis", self.axis, minimum=-(2**31))
 
     def function(self, x):
+        _need_axis(type(self).__name__, x, self.axis)
+        if jnp.ndim(x) == 0:
+            return log_softmax(jnp.reshape(x, (1,)), 0)[0]
         return log_softmax(x, self.axis)
 
 
