@@ -275,14 +275,15 @@ def test_empty_widths_as_torch(torch):
         (L.RMSNorm(), torch.nn.RMSNorm(0), (2, 3, 0)),
         (L.GroupNorm(1), torch.nn.GroupNorm(1, 0), (2, 0, 5)),
         (L.RNNCell(6), torch.nn.RNNCell(0, 6), (3, 0)),
+        (L.Conv2d(4, 3), torch.nn.Conv2d(0, 4, 3), (2, 0, 6, 6)),  # torch: no channels out
     ]:
         p = layer.init(KEY, shape)
         flat = pl.params.flatten(p)
         module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in flat.items()})
         xs = np.zeros(shape, np.float32)
-        np.testing.assert_allclose(
-            np.asarray(layer.apply(p, xs)), module(torch.tensor(xs)).detach(), atol=1e-6
-        )
+        ours, theirs = np.asarray(layer.apply(p, xs)), module(torch.tensor(xs)).detach()
+        assert ours.shape == tuple(theirs.shape)
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
     with pytest.raises(LayerError, match=r"embed_dim\) expected at least 1"):
         L.InProjAttention(2).init(KEY, (2, 5, 0))  # torch: "embed_dim ... must be greater than 0"
 
