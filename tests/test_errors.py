@@ -724,7 +724,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^GRU: input rank expected 2 or 3 .*, got 1 \(x.shape == \(3,\)\)$"),
     ("rnn-input-size", lambda: run(L.LSTM(4, batch_first=True), (2, 5, 3), (2, 5, 6)), LayerError,
      r"^LSTM: input last axis \(input_size\) expected 3, got 6\n  x.shape == "
-     r"\(2, 5, 6\); LSTM was initialized for 3 input features$"),
+     r"\(2, 5, 6\); LSTM was initialized for 3 input features\n  the params do not fit this "
+     r"input either: LSTM: params entry 'weight_ih_l0' shape expected \(16, 6\), got \(16, 3\)$"),
     ("rnn-dropout-key",
      lambda: run(L.LSTM(4, num_layers=2, dropout=0.5), (5, 3), train=True), LayerError,
      r"^LSTM: train=True draws random numbers and needs a PRNG key"),

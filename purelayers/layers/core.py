@@ -247,12 +247,16 @@ def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple,
         if state is not None:
             check_fit(layer, state, x, "state")
     except LayerError as mismatch:
-        # where the layer's own checks refuse this call (an input of the wrong width for
-        # these params, say), their message names the problem better
+        # Where the layer's own checks refuse this call (an input of the wrong width for
+        # these params, say), theirs is the message, and the misfit entry is named under it.
         try:
             with paused():
                 jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
-        except LayerError:
+        except LayerError as own:
+            if mismatch.what.endswith(" shape") and str(mismatch).splitlines()[0] not in str(own):
+                misfit = f"the params do not fit this input either: {str(mismatch).splitlines()[0]}"
+                own.hint = f"{own.hint}\n  {misfit}" if own.hint else misfit
+                own.args = (own._message(),)
             raise
         except Exception:  # the mismatch is the error to report
             pass
