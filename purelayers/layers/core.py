@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers import init as _initializers
 from purelayers._tree import Stacked
 from purelayers.layers._capture import paused, run_child
 from purelayers.layers._checks import (
@@ -284,9 +285,12 @@ def _check_initializers(layer: Layer) -> None:
     for f in dataclasses.fields(layer):
         value = getattr(layer, f.name, None)
         if f.name.endswith("_init") and value is not None and not callable(value):
-            hint = {str: f"pl.init.{value}()", int: f"pl.init.constant({value})"}
-            hint[float] = hint[int]
-            example = hint.get(type(value), "pl.init.zeros()")
+            if isinstance(value, str) and value in _initializers.__all__:
+                example = f"pl.init.{value}()"
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                example = f"pl.init.constant({value})"
+            else:
+                example = "pl.init.normal(std=0.02)"
             raise TypeError(
                 f"{type(layer).__name__}: {f.name} must be an initializer fn(key, shape, "
                 f"dtype) or None, got {value!r} (for example {example})"
