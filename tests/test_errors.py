@@ -508,6 +508,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"rank 2, got x\.shape == \(2, 3\)$"),
     ("softmax-axis-root", lambda: run(L.Softmax(3), (2, 3, 4)), LayerError,
      r"^Softmax: axis 3 expected in \[-3, 2\]"),
+    ("input-width-0", lambda: L.LSTM(4).init(KEY, (5, 2, 0)), LayerError,
+     r"^LSTM: input_size \(input last axis\) expected at least 1 \(torch's RNNs refuse 0\), "
+     r"got 0$"),
     ("pool-empty-axis", lambda: run(L.MaxPool2d(2), (2, 3, 0, 8)), LayerError,
      r"^MaxPool2d: input axis 2 length expected at least 1 \(only the batch axis may be empty, "
      r"as in torch\), got 0 \(x\.shape == \(2, 3, 0, 8\)\)$"),

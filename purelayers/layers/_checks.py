@@ -183,6 +183,13 @@ def need_dtype(layer: str, x: Any, accepts: Sequence[str]) -> None:
     )
 
 
+def need_width(layer: str, what: str, width: int, refusal: str) -> int:
+    """An input width (features, channels) that torch's layer refuses when empty."""
+    if width == 0:
+        raise LayerError(layer, what, f"at least 1 ({refusal})", 0)
+    return width
+
+
 def missing_params(layer: str, err: KeyError, params: Any) -> LayerError:
     """A layer's ``KeyError`` on its own params, as an error that names the layer."""
     keys = sorted(params) if isinstance(params, dict) else type(params).__name__

@@ -89,7 +89,13 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from purelayers.init import Initializer, fans
-from purelayers.layers._checks import LayerError, as_shape, broadcast_to_axis, check_int
+from purelayers.layers._checks import (
+    LayerError,
+    as_shape,
+    broadcast_to_axis,
+    check_int,
+    need_width,
+)
 from purelayers.layers._spatial import batched, check_rank, is_int, need_nonempty, ntuple, unbatched
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import TORCH_DEFAULT_WEIGHT, torch_default_bias
@@ -455,6 +461,14 @@ class _ConvTransposeNd(Layer):
         return ("weight", "bias") if self.bias else ("weight",)
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        dims = as_shape(shape)
+        if len(dims) >= 2:
+            need_width(
+                type(self).__name__,
+                "input channels (axis 1)",
+                dims[-self._nd - 1],
+                "torch's transposed convolutions refuse a weight without input channels",
+            )
         return _init_params(self, key, shape, dtype, transposed=True)
 
     def apply(

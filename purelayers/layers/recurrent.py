@@ -49,6 +49,7 @@ from purelayers.layers._checks import (
     check_float,
     check_int,
     need_key,
+    need_width,
 )
 from purelayers.layers._recurrent_cells import (
     KINDS,
@@ -282,7 +283,9 @@ class _Recurrent(Layer):
                 f"{len(shape)} (shape {shape})",
             )
         params: Params = {}
-        width = shape[-1]
+        width = need_width(
+            type(self).__name__, "input_size (input last axis)", shape[-1], "torch's RNNs refuse 0"
+        )
         for layer in range(self.num_layers):
             for d in range(self.directions):
                 i = layer * self.directions + d
