@@ -115,6 +115,21 @@ def digits(seed: int = 0, test_fraction: float = 0.25, images: bool = False):
     return x_tr, y_tr, x_te, y_te
 
 
+def byte_corpus(chars: int, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``stdlib_text(chars)`` as UTF-8 bytes (token ids modulo ``vocab_size``), split
+    90/10 into training and validation ids."""
+    data = np.frombuffer(stdlib_text(chars).encode("utf-8"), np.uint8).astype(np.int32)
+    data = data % vocab_size
+    split = int(0.9 * len(data))
+    return data[:split], data[split:]
+
+
+def windows(rng: np.random.Generator, source: np.ndarray, batch_size: int, length: int):
+    """``batch_size`` random windows of ``length + 1`` ids (inputs and next-token targets)."""
+    starts = rng.integers(0, len(source) - length - 1, batch_size)
+    return np.stack([source[s : s + length + 1] for s in starts])
+
+
 def batches(rng: np.random.Generator, n: int, batch_size: int) -> Iterator[np.ndarray]:
     """Endless shuffled index batches over ``range(n)``, one epoch after another."""
     while True:

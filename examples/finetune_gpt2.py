@@ -58,15 +58,11 @@ def main(argv=None) -> dict:
     if not isinstance(model, M.GPT2LMHeadModel):
         raise SystemExit(f"{folder} holds a {type(model).__name__}, not a GPT-2")
     vocab = model.config.vocab_size
-    data = np.frombuffer(common.stdlib_text(args.chars).encode("utf-8"), np.uint8)
-    data = data.astype(np.int32) % vocab
-    split = int(0.9 * len(data))
-    train, valid = data[:split], data[split:]
+    train, valid = common.byte_corpus(args.chars, vocab)
     rng = np.random.default_rng(args.seed)
 
     def batch(source: np.ndarray) -> np.ndarray:
-        starts = rng.integers(0, len(source) - args.seq_len - 1, args.batch_size)
-        return np.stack([source[s : s + args.seq_len + 1] for s in starts])
+        return common.windows(rng, source, args.batch_size, args.seq_len)
 
     def loss_fn(p, ids):
         logits = model.apply(p, ids[:, :-1])
