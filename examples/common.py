@@ -7,7 +7,9 @@ import inspect
 import sys
 from collections.abc import Iterator
 
+import jax
 import numpy as np
+import optax
 from tqdm.auto import tqdm
 
 # Standard-library modules whose docstrings make the text corpus: imported in this
@@ -128,6 +130,29 @@ def windows(rng: np.random.Generator, source: np.ndarray, batch_size: int, lengt
     """``batch_size`` random windows of ``length + 1`` ids (inputs and next-token targets)."""
     starts = rng.integers(0, len(source) - length - 1, batch_size)
     return np.stack([source[s : s + length + 1] for s in starts])
+
+
+def next_token_loss(apply):
+    """``loss(params, ids)``: mean cross-entropy of ``apply(params, ids[:, :-1])``'s
+    logits against the next ids ``ids[:, 1:]``."""
+
+    def loss(params, ids):
+        logits = apply(params, ids[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, ids[:, 1:]).mean()
+
+    return loss
+
+
+def optax_step(loss, optimizer):
+    """One jitted optax step: ``(params, opt_state, batch) -> (params, opt_state, loss)``."""
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        value, grads = jax.value_and_grad(loss)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return step
 
 
 def batches(rng: np.random.Generator, n: int, batch_size: int) -> Iterator[np.ndarray]:

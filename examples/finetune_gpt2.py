@@ -64,17 +64,11 @@ def main(argv=None) -> dict:
     def batch(source: np.ndarray) -> np.ndarray:
         return common.windows(rng, source, args.batch_size, args.seq_len)
 
-    def loss_fn(p, ids):
-        logits = model.apply(p, ids[:, :-1])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, ids[:, 1:]).mean()
+    loss_fn = common.next_token_loss(model.apply)
 
     optimizer = optax.adamw(args.lr, weight_decay=0.01)
 
-    @jax.jit
-    def step(p, state, ids):
-        loss, grads = jax.value_and_grad(loss_fn)(p, ids)
-        updates, state = optimizer.update(grads, state, p)
-        return optax.apply_updates(p, updates), state, loss
+    step = common.optax_step(loss_fn, optimizer)
 
     evaluate = jax.jit(loss_fn)
     valid_batch = batch(valid)

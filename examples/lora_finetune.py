@@ -113,15 +113,9 @@ def run(args: argparse.Namespace):
     def batch(source: np.ndarray) -> np.ndarray:
         return common.windows(rng, source, args.batch_size, args.seq_len)
 
-    def loss_fn(p, ids):
-        logits = lmodel.apply(p, ids[:, :-1])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, ids[:, 1:]).mean()
+    loss_fn = common.next_token_loss(lmodel.apply)
 
-    @jax.jit
-    def step(p, s, ids):
-        loss, grads = jax.value_and_grad(loss_fn)(p, ids)
-        updates, s = optimizer.update(grads, s, p)
-        return optax.apply_updates(p, updates), s, loss
+    step = common.optax_step(loss_fn, optimizer)
 
     evaluate = jax.jit(loss_fn)
     valid_batch = batch(valid)
