@@ -97,22 +97,27 @@ def _misfits(tree, path):
     }
 
 
-@pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
-@pytest.mark.parametrize("case_id", WITH_PARAMS)
-def test_params_that_do_not_fit_name_the_path_and_the_key(case_id, kind):
-    case = BY_ID[case_id]
+def _assert_misfit_named(case: Case, kind: str, which: str) -> None:
+    """One entry of the params (``which="params"``) or of the state made not to fit:
+    the ``LayerError`` names the owner's path and the key."""
     layer = case.make()
-    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
-    path = _first_leaf(params)
-    bad, key = _misfits(params, path)[kind]
+    trees = {"params": layer.init(KEY, case.shape), "state": layer.init_state(case.shape)}
+    path = _first_leaf(trees[which])
+    trees[which], key = _misfits(trees[which], path)[kind]
     with pytest.raises(LayerError) as info:
-        _traced(layer, bad, _input(case), state, case.kwargs)
+        _traced(layer, trees["params"], _input(case), trees["state"], case.kwargs)
     message = str(info.value)
     where = _where(case, path)
     # first, or (an entry of the wrong width) in the line under the layer's own message
     assert message.startswith(where) or (kind == "shape" and any(w in message for w in where))
     named = repr(key) in message or f".{key}'" in message  # Tied names 'emb.weight'
     assert named, message
+
+
+@pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
+@pytest.mark.parametrize("case_id", WITH_PARAMS)
+def test_params_that_do_not_fit_name_the_path_and_the_key(case_id, kind):
+    _assert_misfit_named(BY_ID[case_id], kind, "params")
 
 
 @pytest.mark.parametrize("case_id", WITH_PARAMS)
@@ -132,19 +137,7 @@ def test_params_of_another_kind_name_the_key(case_id):
 @pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
 @pytest.mark.parametrize("case_id", WITH_STATE)
 def test_state_that_does_not_fit_names_the_path_and_the_key(case_id, kind):
-    case = BY_ID[case_id]
-    layer = case.make()
-    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
-    path = _first_leaf(state)
-    bad, key = _misfits(state, path)[kind]
-    with pytest.raises(LayerError) as info:
-        _traced(layer, params, _input(case), bad, case.kwargs)
-    message = str(info.value)
-    where = _where(case, path)
-    # first, or (an entry of the wrong width) in the line under the layer's own message
-    assert message.startswith(where) or (kind == "shape" and any(w in message for w in where))
-    named = repr(key) in message or f".{key}'" in message  # Tied names 'emb.weight'
-    assert named, message
+    _assert_misfit_named(BY_ID[case_id], kind, "state")
 
 
 def test_a_switched_off_bias_is_expected_absent_and_a_switched_on_one_required():
