@@ -202,6 +202,7 @@ def assert_matches_torch(
     *inputs: Any,
     params: Any = None,
     state: Any = None,
+    init_shape: Any = None,
     apply: Callable[..., Any] | None = None,
     torch_call: Callable[..., Any] | None = None,
     train: bool = False,
@@ -240,6 +241,8 @@ def assert_matches_torch(
         take them.
       params: the params tree to use instead of loading ``module``'s.
       state: the state tree to use instead of loading ``module``'s buffers.
+      init_shape: what ``layer.init`` and ``layer.init_state`` take, where that is not
+        ``inputs[0].shape`` (a layer of two inputs: ``(x1.shape, x2.shape)``).
       apply: the JAX side, ``apply(params, *inputs)``, instead of ``layer.apply`` (a
         jitted training step, a function of several layers); it gets no ``state``.
       torch_call: the torch side, ``torch_call(module, *tensors)``, instead of
@@ -274,7 +277,7 @@ def assert_matches_torch(
     module.zero_grad(set_to_none=True)  # a module checked before holds gradients
     inputs = tuple(np.asarray(x) for x in inputs)
     named = dict(module.named_parameters())
-    shape, dtype = inputs[0].shape, inputs[0].dtype
+    shape, dtype = inputs[0].shape if init_shape is None else init_shape, inputs[0].dtype
     if not np.issubdtype(dtype, np.floating):
         dtype = np.float32
     if params is None:

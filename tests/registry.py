@@ -11,64 +11,11 @@ cases, hand-derived values.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any
-
-import numpy as np
-
 from purelayers import layers as L
-from tests import twins
+from tests import catalog, twins
+from tests.case import KINKS, Case, act
 
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """``make()`` builds the layer; ``shape`` is its input; ``out_shape`` the documented
-    shape of its (first) output; ``ids`` the vocabulary size when the input is integer
-    ids; ``kwargs`` go to ``apply``.
-
-    ``torch(torch)`` builds the equivalent module (``torch.nn``'s, or a twin from
-    ``tests/twins.py``): its ``state_dict`` names must equal ours, and (its weights
-    randomized) its outputs and gradients too, called as ``torch_call(module, x)``
-    (default ``module(x)``) on ``x()`` (default: standard normal of ``shape``), within
-    ``rtol``/``atol``. ``gradcheck``: the (small) input shape for ``gradcheck`` in
-    float64, or a string saying why the layer has no derivative to check."""
-
-    id: str
-    make: Callable[[], L.Layer]
-    shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    torch: Callable[[Any], Any] | None = None
-    ids: int | None = None
-    kwargs: dict = dataclasses.field(default_factory=dict)
-    x: Callable[[], np.ndarray] | None = None
-    torch_call: Callable[..., Any] | None = None
-    rtol: float = 1e-5
-    atol: float = 1e-5
-    gradcheck: tuple[int, ...] | str | None = None
-
-    @property
-    def grad_shape(self) -> tuple[int, ...] | None:
-        """The gradcheck input shape: ``gradcheck``, else ``shape``; ``None`` when the
-        case says why it has none."""
-        if isinstance(self.gradcheck, str):
-            return None
-        return self.shape if self.gradcheck is None else self.gradcheck
-
-
-# Inputs on both sides of every activation kink, the kinks themselves (0, +-3), and
-# softplus's linear region (beta * x > threshold).
-_K = np.array([-30.0, -4.0, -3.0, -2.5, -1.0, -1e-3, 0.0, 1e-3, 0.5, 2.9, 3.0, 3.5, 10.0, 25.0])
-KINKS = np.stack([_K, -_K[::-1] * 0.5]).astype(np.float32)
-
-
-def _act(name, make, torch_make=None, gradcheck=(2, 5)):
-    """An elementwise activation: contract at ``(2, 3, 4)``, parity at the kinks,
-    gradcheck at a random ``(2, 5)`` input (no entry within ``1e-6`` of a kink)."""
-    twin = torch_make if callable(torch_make) else None
-    if isinstance(torch_make, str):
-        twin = lambda t: getattr(t.nn, torch_make)()  # noqa: E731
-    return Case(name, make, (2, 3, 4), (2, 3, 4), twin, x=lambda: KINKS, gradcheck=gradcheck)
+__all__ = ["CASES", "KINKS", "Case"]
 
 
 def _mha(module, x):
@@ -97,27 +44,27 @@ CASES = [
          lambda t: t.nn.Linear(5, 6, bias=False), gradcheck=(2, 2, 5)),
     Case("Dropout", lambda: L.Dropout(0.2), (4, 5), (4, 5), lambda t: t.nn.Dropout(0.2)),
     # activations
-    _act("ReLU", L.ReLU, "ReLU"),
-    _act("ReLU6", L.ReLU6, "ReLU6"),
-    _act("LeakyReLU", L.LeakyReLU, "LeakyReLU"),
-    _act("LeakyReLU-0.2", lambda: L.LeakyReLU(0.2), lambda t: t.nn.LeakyReLU(0.2)),
-    _act("ELU", L.ELU, "ELU"),
-    _act("ELU-0.7", lambda: L.ELU(0.7), lambda t: t.nn.ELU(0.7)),
-    _act("SELU", L.SELU, "SELU"),
-    _act("GELU", L.GELU, "GELU"),
-    _act("GELU-tanh", lambda: L.GELU("tanh"), lambda t: t.nn.GELU(approximate="tanh")),
-    _act("SiLU", L.SiLU, "SiLU"),
-    _act("Sigmoid", L.Sigmoid, "Sigmoid"),
-    _act("Tanh", L.Tanh, "Tanh"),
-    _act("Softplus", L.Softplus, "Softplus"),
-    _act("Softplus-beta", lambda: L.Softplus(beta=2.0, threshold=5.0),
+    act("ReLU", L.ReLU, "ReLU"),
+    act("ReLU6", L.ReLU6, "ReLU6"),
+    act("LeakyReLU", L.LeakyReLU, "LeakyReLU"),
+    act("LeakyReLU-0.2", lambda: L.LeakyReLU(0.2), lambda t: t.nn.LeakyReLU(0.2)),
+    act("ELU", L.ELU, "ELU"),
+    act("ELU-0.7", lambda: L.ELU(0.7), lambda t: t.nn.ELU(0.7)),
+    act("SELU", L.SELU, "SELU"),
+    act("GELU", L.GELU, "GELU"),
+    act("GELU-tanh", lambda: L.GELU("tanh"), lambda t: t.nn.GELU(approximate="tanh")),
+    act("SiLU", L.SiLU, "SiLU"),
+    act("Sigmoid", L.Sigmoid, "Sigmoid"),
+    act("Tanh", L.Tanh, "Tanh"),
+    act("Softplus", L.Softplus, "Softplus"),
+    act("Softplus-beta", lambda: L.Softplus(beta=2.0, threshold=5.0),
          lambda t: t.nn.Softplus(2.0, 5.0)),
-    _act("Softsign", L.Softsign, "Softsign"),
-    _act("HardSigmoid", L.HardSigmoid, "Hardsigmoid"),
-    _act("Exponential", L.Exponential, twins.exp),
-    _act("Softmax", L.Softmax, lambda t: t.nn.Softmax(dim=-1)),
-    _act("Softmax-axis0", lambda: L.Softmax(axis=0), lambda t: t.nn.Softmax(dim=0)),
-    _act("LogSoftmax", L.LogSoftmax, lambda t: t.nn.LogSoftmax(dim=-1)),
+    act("Softsign", L.Softsign, "Softsign"),
+    act("HardSigmoid", L.HardSigmoid, "Hardsigmoid"),
+    act("Exponential", L.Exponential, twins.exp),
+    act("Softmax", L.Softmax, lambda t: t.nn.Softmax(dim=-1)),
+    act("Softmax-axis0", lambda: L.Softmax(axis=0), lambda t: t.nn.Softmax(dim=0)),
+    act("LogSoftmax", L.LogSoftmax, lambda t: t.nn.LogSoftmax(dim=-1)),
     Case("SwiGLU", L.SwiGLU, (2, 3, 4), (2, 3, 2), twins.swiglu, gradcheck=(2, 6)),
     Case("PReLU", lambda: L.PReLU(3), (2, 3, 4), (2, 3, 4), lambda t: t.nn.PReLU(3)),
     Case("PReLU-1", lambda: L.PReLU(), (2, 3, 4), (2, 3, 4), lambda t: t.nn.PReLU()),
@@ -232,3 +179,4 @@ CASES = [
          (4, 3), lambda t: t.nn.Sequential(t.nn.Linear(5, 8), t.nn.GELU(), t.nn.Linear(8, 3)),
          gradcheck=(2, 5)),
 ]  # fmt: skip
+CASES += catalog.CASES

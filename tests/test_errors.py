@@ -43,6 +43,7 @@ import purelayers as pl
 from purelayers import layers as L
 from purelayers.layers._checks import LayerError
 from purelayers.params import CheckpointError
+from tests import catalog
 from tests.composites import Residual
 
 PKG = pathlib.Path(pl.__file__).resolve().parent
@@ -1003,6 +1004,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      CheckpointError, r"does not fit the GPT2LMHeadModel its config\.json describes: .*missing keys"),
 ]
 # fmt: on
+CATALOG += catalog.ERRORS
 
 
 # -- the check ---------------------------------------------------------------------------

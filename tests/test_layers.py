@@ -66,12 +66,26 @@ def example_input(case: Case, dtype, seed: int = 0, shape=None):
     return jnp.asarray(rng.standard_normal(shape), dtype)
 
 
+def example_inputs(case: Case, dtype, seed: int = 0) -> tuple:
+    """``example_input`` and, for a layer of several inputs, standard normal ``extra``
+    inputs (seeded apart from the first)."""
+    rng = np.random.default_rng([seed, 1])
+    if case.extra_x is not None:
+        extra = tuple(
+            jnp.asarray(a, dtype if np.issubdtype(a.dtype, np.floating) else a.dtype)
+            for a in case.extra_x()
+        )
+    else:
+        extra = tuple(jnp.asarray(rng.standard_normal(s), dtype) for s in case.extra)
+    return (example_input(case, dtype, seed), *extra)
+
+
 def _apply(layer: L.Layer, case: Case, state):
-    def run(params, x):
+    def run(params, *xs):
         if state:
-            out, _ = layer.apply(params, x, state=state, **case.kwargs)
+            out, _ = layer.apply(params, *xs, state=state, **case.kwargs)
             return out
-        return layer.apply(params, x, **case.kwargs)
+        return layer.apply(params, *xs, **case.kwargs)
 
     return run
 
@@ -80,30 +94,32 @@ def _apply(layer: L.Layer, case: Case, state):
 def test_contract(case_id, torch):
     case = BY_ID[case_id]
     layer = case.make()
-    state = layer.init_state(case.shape, jnp.float32)
+    init_arg = case.init_arg()
+    state = layer.init_state(init_arg, jnp.float32)
     run = _apply(layer, case, state)
-    x = example_input(case, jnp.float32)
-    xs = jnp.stack([x, example_input(case, jnp.float32, seed=2)])
+    x = example_inputs(case, jnp.float32)
+    xs = jax.tree.map(lambda *a: jnp.stack(a), x, example_inputs(case, jnp.float32, seed=2))
 
-    def loss(p, v):
-        return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree.leaves(run(p, v)))
+    def loss(p, *v):
+        return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree.leaves(run(p, *v)))
 
-    argnums = (0,) if case.ids is not None else (0, 1)
+    floating = [i + 1 for i, v in enumerate(x) if jnp.issubdtype(v.dtype, jnp.floating)]
+    argnums = (0, *floating)
     traces = []
 
-    run16 = _apply(layer, case, layer.init_state(case.shape, jnp.bfloat16))
+    run16 = _apply(layer, case, layer.init_state(init_arg, jnp.bfloat16))
 
     @jax.jit
     def program(key, x, xs, x16):
         traces.append(1)
-        params = layer.init(key, case.shape, jnp.float32)
-        looped = [run(params, xs[i]) for i in range(2)]
-        batched = jax.vmap(run, in_axes=(None, 0))(params, xs)
-        grads = jax.grad(loss, argnums)(params, x)
-        params16 = layer.init(key, case.shape, jnp.bfloat16)
-        return params, run(params, x), batched, looped, grads, (params16, run16(params16, x16))
+        params = layer.init(key, init_arg, jnp.float32)
+        looped = [run(params, *(v[i] for v in xs)) for i in range(2)]
+        batched = jax.vmap(run, in_axes=(None, *[0] * len(xs)))(params, *xs)
+        grads = jax.grad(loss, argnums)(params, *x)
+        params16 = layer.init(key, init_arg, jnp.bfloat16)
+        return params, run(params, *x), batched, looped, grads, (params16, run16(params16, *x16))
 
-    x16 = example_input(case, jnp.bfloat16, seed=3)
+    x16 = example_inputs(case, jnp.bfloat16, seed=3)
     params, out, batched, looped, grads, bf16 = program(jax.random.key(0), x, xs, x16)
     params = layer.ordered(params)  # jit sorts dict keys; torch's order restored
 
@@ -115,7 +131,7 @@ def test_contract(case_id, torch):
         assert list(pl.params.flatten(pl.params.merge(params, state))) == expected
 
     # output shape from tracing alone; finite float32 values
-    assert jax.eval_shape(lambda p, v: jax.tree.leaves(run(p, v))[0], params, x).shape == (
+    assert jax.eval_shape(lambda p, v: jax.tree.leaves(run(p, *v))[0], params, x).shape == (
         case.out_shape
     )
     for leaf in jax.tree.leaves(out):
@@ -124,7 +140,7 @@ def test_contract(case_id, torch):
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
 
     # jit equals eager
-    pl.testing.assert_tree_allclose(out, run(params, x), rtol=1e-5, atol=1e-5)
+    pl.testing.assert_tree_allclose(out, run(params, *x), rtol=1e-5, atol=1e-5)
 
     # vmap over an extra leading batch axis equals the loop
     for i in range(2):
@@ -136,7 +152,8 @@ def test_contract(case_id, torch):
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
 
     # a second call with new arrays of the same shapes does not retrace
-    program(jax.random.key(1), example_input(case, jnp.float32, seed=1), xs + 0, x16 + 0)
+    again = jax.tree.map(lambda a: a + 0, (xs, x16))
+    program(jax.random.key(1), example_inputs(case, jnp.float32, seed=1), *again)
     assert len(traces) == 1
 
     # bfloat16 params and input: params, outputs and their dtype stay bfloat16
@@ -161,9 +178,14 @@ def test_matches_torch(case_id, torch):
         x = rng.integers(0, case.ids, case.shape)
     else:
         x = rng.standard_normal(case.shape).astype(np.float32)
+    extra = (
+        list(case.extra_x())
+        if case.extra_x is not None
+        else [rng.standard_normal(s).astype(np.float32) for s in case.extra]
+    )
     pl.testing.assert_matches_torch(
-        case.make(), module, x, torch_call=case.torch_call, rtol=case.rtol, atol=case.atol,
-        **case.kwargs,
+        case.make(), module, x, *extra, init_shape=case.init_arg(), torch_call=case.torch_call,
+        rtol=case.rtol, atol=case.atol, **case.kwargs,
     )  # fmt: skip
 
 
@@ -171,19 +193,23 @@ def test_matches_torch(case_id, torch):
 def test_gradcheck(case_id):
     case = BY_ID[case_id]
     layer = case.make()
-    shape = case.grad_shape
+    shapes = case.grad_shapes
+    init_arg = case.init_arg(shapes)
     rng = np.random.default_rng(0)
     # random params of the declared shapes (nothing to compile for an init)
-    template = jax.eval_shape(lambda k: layer.init(k, shape, jnp.float32), jax.random.key(0))
+    template = jax.eval_shape(lambda k: layer.init(k, init_arg, jnp.float32), jax.random.key(0))
     params = jax.tree.map(lambda a: 0.5 * rng.standard_normal(a.shape), template)
-    x = rng.integers(0, case.ids, shape) if case.ids is not None else rng.standard_normal(shape)
-    state = layer.init_state(shape, jnp.float32)
+    first = shapes[0]
+    x = rng.integers(0, case.ids, first) if case.ids is not None else rng.standard_normal(first)
+    given = case.extra_x() if case.extra_x is not None else None
+    xs = (x, *(rng.standard_normal(s) for s in shapes[1:])) if given is None else (x, *given)
+    state = layer.init_state(init_arg, jnp.float32)
     if not state:
-        assert pl.testing.gradcheck(_apply(layer, case, state), params, x)
+        assert pl.testing.gradcheck(_apply(layer, case, state), params, *xs)
         return
     # buffers (running statistics, in eval mode) are differentiated too: float64 as well
 
-    def with_state(p, s, v):
-        return layer.apply(p, v, state=s, **case.kwargs)[0]
+    def with_state(p, s, *v):
+        return layer.apply(p, *v, state=s, **case.kwargs)[0]
 
-    assert pl.testing.gradcheck(with_state, params, state, x)
+    assert pl.testing.gradcheck(with_state, params, state, *xs)

@@ -1,0 +1,5 @@
+"""embedding_bag."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

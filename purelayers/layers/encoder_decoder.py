@@ -1,0 +1,5 @@
+"""encoder_decoder."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,5 @@
+"""shape."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
