@@ -5,7 +5,12 @@ subgradient at the kinks: branches are selected with ``jnp.where`` on a strict
 comparison (``jnp.maximum`` would split ties 0.5/0.5), and a branch that could
 overflow is fed a safe input so its unused gradient never turns into NaN.
 
-Shape: every activation maps ``(...)`` to the same shape and dtype.
+The softmax family (``Softmax``, ``LogSoftmax``, ``Softmin``, ``Softmax2d``) is defined
+in ``_softmax`` and exported from here; clamps, thresholds and shrinks live in
+``thresholds``.
+
+Shape: every activation maps ``(...)`` to the same shape and dtype, except the gated
+ones (``SwiGLU``, ``GLU``), which halve an axis.
 """
 
 from __future__ import annotations
@@ -24,33 +29,55 @@ from purelayers.layers._checks import (
     check_choice,
     check_float,
     check_int,
+    config_error,
+)
+from purelayers.layers._softmax import (
+    LogSoftmax,
+    Softmax,
+    Softmax2d,
+    Softmin,
+    _need_axis,
+    log_softmax,
+    softmax,
+    softmin,
 )
 from purelayers.layers.core import Layer, Params
 
 __all__ = [
+    "CELU",
     "ELU",
     "GELU",
+    "GLU",
     "SELU",
     "Exponential",
     "HardSigmoid",
+    "Hardsigmoid",
     "LeakyReLU",
+    "LogSigmoid",
     "LogSoftmax",
+    "Mish",
     "PReLU",
     "ReLU",
     "ReLU6",
     "SiLU",
     "Sigmoid",
     "Softmax",
+    "Softmax2d",
+    "Softmin",
     "Softplus",
     "Softsign",
     "SwiGLU",
     "Tanh",
+    "celu",
     "elu",
     "exponential",
     "gelu",
+    "glu",
     "hard_sigmoid",
     "leaky_relu",
+    "log_sigmoid",
     "log_softmax",
+    "mish",
     "prelu",
     "relu",
     "relu6",
@@ -58,6 +85,7 @@ __all__ = [
     "sigmoid",
     "silu",
     "softmax",
+    "softmin",
     "softplus",
     "softsign",
     "tanh",
@@ -92,6 +120,12 @@ def _negative_part(x: jax.Array) -> jax.Array:
 def elu(x: jax.Array, alpha: float = 1.0) -> jax.Array:
     """``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``; gradient ``alpha`` at 0 (``torch.nn.functional.elu``)."""
     return jnp.where(x > 0, x, alpha * jnp.expm1(_negative_part(x)))
+
+
+def celu(x: jax.Array, alpha: float = 1.0) -> jax.Array:
+    """``x`` if ``x > 0`` else ``alpha * (exp(x / alpha) - 1)``; gradient 1 at 0
+    (``torch.nn.functional.celu``)."""
+    return jnp.where(x > 0, x, alpha * jnp.expm1(_negative_part(x) / alpha))
 
 
 def selu(x: jax.Array) -> jax.Array:
@@ -135,6 +169,16 @@ def softsign(x: jax.Array) -> jax.Array:
     return x / (1 + jnp.abs(x))
 
 
+def mish(x: jax.Array) -> jax.Array:
+    """``x * tanh(softplus(x))`` (``torch.nn.functional.mish``)."""
+    return x * jnp.tanh(jax.nn.softplus(x))
+
+
+def log_sigmoid(x: jax.Array) -> jax.Array:
+    """``log(sigmoid(x)) = -softplus(-x)``, without overflow (``torch.nn.functional.logsigmoid``)."""
+    return jax.nn.log_sigmoid(x)
+
+
 def hard_sigmoid(x: jax.Array) -> jax.Array:
     """``relu6(x + 3) / 6``: 0 below -3, 1 above 3, ``x / 6 + 1/2`` between; gradient 0 at
     exactly -3 and 3, as ``torch.nn.functional.hardsigmoid``."""
@@ -148,14 +192,11 @@ def exponential(x: jax.Array) -> jax.Array:
     return jnp.exp(x)
 
 
-def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``exp(x) / sum(exp(x))`` along ``axis``, max-subtracted (``torch.softmax``)."""
-    return jax.nn.softmax(x, axis=axis)
-
-
-def log_softmax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``x - logsumexp(x)`` along ``axis`` (``torch.log_softmax``)."""
-    return jax.nn.log_softmax(x, axis=axis)
+def glu(x: jax.Array, axis: int = -1) -> jax.Array:
+    """``a * sigmoid(b)`` with ``a, b`` the two halves of ``x`` along ``axis`` (``a``
+    first), which must have even length (``torch.nn.functional.glu``)."""
+    a, b = jnp.split(x, 2, axis=axis)
+    return a * jax.nn.sigmoid(b)
 
 
 def prelu(x: jax.Array, weight: jax.Array) -> jax.Array:
@@ -195,7 +236,9 @@ class ReLU(_Activation):
 
 @dataclasses.dataclass(frozen=True)
 class ReLU6(_Activation):
-    """``min(max(x, 0), 6)``, MobileNet's activation. Matches ``torch.nn.ReLU6``."""
+    """``min(max(x, 0), 6)``, MobileNet's activation; gradient 0 at both kinks. Integer
+    inputs stay integers. torch's ``inplace`` is not accepted (``apply`` is pure).
+    Matches ``torch.nn.ReLU6``."""
 
     accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
 
@@ -241,6 +284,39 @@ class SELU(_Activation):
 
     def function(self, x):
         return selu(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class CELU(_Activation):
+    r"""Continuously differentiable ELU: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``.
+
+    The gradient at 0 is 1 from both sides, as torch's. torch's ``inplace`` is not
+    accepted (``apply`` is pure).
+
+    Args:
+      alpha: the negative branch's scale, nonzero. Default ``1.0``.
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.CELU(alpha)``.
+
+    Example:
+      >>> CELU(2.0).apply({}, jnp.array([-jnp.inf, 0.0, 1.0]))
+      Array([-2.,  0.,  1.], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    alpha: float = 1.0
+
+    def __post_init__(self):
+        check_float("CELU", "alpha", self.alpha)
+        if self.alpha == 0:
+            raise config_error("CELU", "alpha", "nonzero (x is divided by it)", self.alpha)
+
+    def function(self, x):
+        return celu(x, self.alpha)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,6 +366,51 @@ class SwiGLU(_Activation):
 
 
 @dataclasses.dataclass(frozen=True)
+class GLU(_Activation):
+    r"""Gated linear unit: ``a * sigmoid(b)``, ``a`` and ``b`` the first and second halves
+    of ``x`` along ``dim``.
+
+    Args:
+      dim: the axis to halve; its length must be even. Default ``-1``.
+
+    Shape:
+      input with ``2 * D`` entries on ``dim``; output the same with ``D`` there.
+
+    Matches ``torch.nn.GLU(dim)``.
+
+    Example:
+      >>> GLU().apply({}, jnp.array([[2.0, 4.0, 0.0, 0.0]]))
+      Array([[1., 2.]], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    dim: int = -1
+
+    def __post_init__(self):
+        check_int("GLU", "dim", self.dim, minimum=-(2**31))
+
+    @property
+    def halves_width(self) -> bool:  # type: ignore[override]
+        """Whether the halved axis is the last one (an MLP around it then doubles its
+        first projection)."""
+        return self.dim == -1
+
+    def function(self, x):
+        _need_axis("GLU", x, self.dim, "dim")
+        shape = tuple(jnp.shape(x))
+        if not shape or shape[self.dim] % 2:
+            raise LayerError(
+                "GLU",
+                f"input dim {self.dim}",
+                "an even length (GLU halves it)",
+                shape[self.dim] if shape else "a scalar",
+                f"x.shape == {shape}",
+            )
+        return glu(x, self.dim)
+
+
+@dataclasses.dataclass(frozen=True)
 class Sigmoid(_Activation):
     """Logistic sigmoid. Matches ``torch.nn.Sigmoid``."""
 
@@ -335,13 +456,58 @@ class Softsign(_Activation):
 
 
 @dataclasses.dataclass(frozen=True)
+class Mish(_Activation):
+    r"""``x * tanh(softplus(x))``. torch's ``inplace`` is not accepted (``apply`` is pure).
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.Mish()``.
+
+    Example:
+      >>> Mish().apply({}, jnp.array([0.0, 30.0]))
+      Array([ 0., 30.], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    def function(self, x):
+        return mish(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSigmoid(_Activation):
+    r"""``log(1 / (1 + exp(-x))) = -softplus(-x)``, finite for every finite ``x``.
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.LogSigmoid()``.
+
+    Example:
+      >>> LogSigmoid().apply({}, jnp.array([-200.0, 0.0]))
+      Array([-200.       ,   -0.6931472], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    def function(self, x):
+        return log_sigmoid(x)
+
+
+@dataclasses.dataclass(frozen=True)
 class HardSigmoid(_Activation):
-    """``relu6(x + 3) / 6``. Matches ``torch.nn.Hardsigmoid``."""
+    """``relu6(x + 3) / 6``; gradient 0 at -3 and 3. Also spelled ``Hardsigmoid``, as
+    torch does (one class, two names). torch's ``inplace`` is not accepted (``apply``
+    is pure). Matches ``torch.nn.Hardsigmoid``."""
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     def function(self, x):
         return hard_sigmoid(x)
+
+
+Hardsigmoid = HardSigmoid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,54 +516,6 @@ class Exponential(_Activation):
 
     def function(self, x):
         return exponential(x)
-
-
-def _need_axis(layer: str, x: Any, axis: int) -> None:
-    """``axis`` must be an axis of ``x`` (torch: "Dimension out of range")."""
-    ndim = jnp.ndim(x)
-    if not -max(ndim, 1) <= axis < max(ndim, 1):
-        raise LayerError(
-            layer,
-            f"axis {axis}",
-            f"in [{-max(ndim, 1)}, {max(ndim, 1) - 1}] for an input of rank {ndim}",
-            f"x.shape == {tuple(jnp.shape(x))}",
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Softmax(_Activation):
-    """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``."""
-
-    accepts: ClassVar[tuple[str, ...]] = ("floating",)
-
-    axis: int = -1
-
-    def __post_init__(self):
-        check_int("Softmax", "axis", self.axis, minimum=-(2**31))
-
-    def function(self, x):
-        _need_axis(type(self).__name__, x, self.axis)
-        if jnp.ndim(x) == 0:  # torch takes a scalar along dim 0 or -1
-            return softmax(jnp.reshape(x, (1,)), 0)[0]
-        return softmax(x, self.axis)
-
-
-@dataclasses.dataclass(frozen=True)
-class LogSoftmax(_Activation):
-    """Log-softmax along ``axis``. Matches ``torch.nn.LogSoftmax(dim=axis)``."""
-
-    accepts: ClassVar[tuple[str, ...]] = ("floating",)
-
-    axis: int = -1
-
-    def __post_init__(self):
-        check_int("LogSoftmax", "axis", self.axis, minimum=-(2**31))
-
-    def function(self, x):
-        _need_axis(type(self).__name__, x, self.axis)
-        if jnp.ndim(x) == 0:
-            return log_softmax(jnp.reshape(x, (1,)), 0)[0]
-        return log_softmax(x, self.axis)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,326 @@
-"""thresholds."""
+"""Piecewise activations: clamps, thresholds, shrinks, hard swish and the randomized
+leaky ReLU, as plain functions and as parameter-free layers.
+
+Each matches its PyTorch counterpart in value and gradient, the kinks included: a
+branch is chosen with ``jnp.where`` on the comparison torch's kernel makes, so an input
+exactly at a bound takes the branch (and the derivative) torch's backward gives it, and
+NaN propagates where torch propagates it. Integer inputs, where torch computes on them
+(``Hardtanh``, ``Threshold``), see the bounds truncated towards zero to the input's
+dtype, as torch converts its scalars.
+
+Shape: every activation maps ``(...)`` to the same shape (and dtype, except
+``Tanhshrink``, which gives integers float32 as torch does).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.layers._checks import check_float, config_error, need_key
+from purelayers.layers.activation import _Activation
+from purelayers.layers.core import Params
+
+__all__ = [
+    "Hardshrink",
+    "Hardswish",
+    "Hardtanh",
+    "RReLU",
+    "Softshrink",
+    "Tanhshrink",
+    "Threshold",
+    "hardshrink",
+    "hardswish",
+    "hardtanh",
+    "rrelu",
+    "softshrink",
+    "tanhshrink",
+    "threshold",
+]
+
+
+def _scalar(x: Any, value: float) -> float | int:
+    """``value`` as torch converts a scalar for ``x``: truncated for integer inputs."""
+    return int(value) if jnp.issubdtype(jnp.result_type(x), jnp.integer) else value
+
+
+def hardtanh(x: jax.Array, min_val: float = -1.0, max_val: float = 1.0) -> jax.Array:
+    """``min(max(x, min_val), max_val)``; gradient 1 strictly inside, 0 at both bounds and
+    outside, NaN kept (``torch.nn.functional.hardtanh``)."""
+    lo, hi = _scalar(x, min_val), _scalar(x, max_val)
+    return jnp.where(x >= hi, jnp.full_like(x, hi), jnp.where(x <= lo, jnp.full_like(x, lo), x))
+
+
+def hardswish(x: jax.Array) -> jax.Array:
+    """``x * relu6(x + 3) / 6``; gradient 0 at -3 and 1 at 3, as
+    ``torch.nn.functional.hardswish``."""
+    return jnp.where(x <= -3, x * 0, jnp.where(x >= 3, x, x * (x + 3) / 6))
+
+
+def threshold(x: jax.Array, threshold: float, value: float) -> jax.Array:
+    """``x`` if ``x > threshold`` else ``value``; gradient 0 at ``x == threshold``
+    (``torch.nn.functional.threshold``)."""
+    return jnp.where(x <= _scalar(x, threshold), jnp.full_like(x, _scalar(x, value)), x)
+
+
+def rrelu(
+    x: jax.Array,
+    lower: float = 1.0 / 8,
+    upper: float = 1.0 / 3,
+    *,
+    train: bool = False,
+    key: jax.Array | None = None,
+    layer: str = "rrelu",
+) -> jax.Array:
+    """``x`` if ``x > 0`` else ``a * x``: in training ``a ~ U(lower, upper)`` per entry,
+    drawn from ``key`` (required); otherwise ``a = (lower + upper) / 2``. The gradient
+    at 0 is ``a``, as ``torch.nn.functional.rrelu``'s."""
+    if not train:
+        return jnp.where(x > 0, x, x * ((lower + upper) / 2))
+    need_key(layer, key)
+    slope = jax.random.uniform(key, jnp.shape(x), jnp.result_type(x), lower, upper)
+    return jnp.where(x > 0, x, x * slope)
+
+
+def softshrink(x: jax.Array, lambd: float = 0.5) -> jax.Array:
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between (NaN
+    kept); gradient 0 at ``+-lambd`` (``torch.nn.functional.softshrink``)."""
+    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, x * 0))
+
+
+def hardshrink(x: jax.Array, lambd: float = 0.5) -> jax.Array:
+    """``x`` if ``|x| > lambd`` else 0; gradient 0 at ``+-lambd``
+    (``torch.nn.functional.hardshrink``)."""
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros_like(x), x)
+
+
+def tanhshrink(x: jax.Array) -> jax.Array:
+    """``x - tanh(x)`` (``torch.nn.functional.tanhshrink``); integers give float32."""
+    if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+        x = jnp.asarray(x, jnp.float32)
+    return x - jnp.tanh(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardtanh(_Activation):
+    r"""Clamps to ``[min_val, max_val]``: ``y = min(max(x, min_val), max_val)``.
+
+    The gradient is 1 strictly inside the interval and 0 at both bounds and outside, as
+    torch's. Integer inputs stay integers, the bounds truncated towards zero. torch's
+    ``inplace`` is not accepted (``apply`` is pure), nor its deprecated ``min_value`` /
+    ``max_value`` spellings.
+
+    Args:
+      min_val: the lower bound. Default ``-1.0``.
+      max_val: the upper bound, greater than ``min_val``. Default ``1.0``.
+
+    Shape:
+      any; output the same shape and dtype.
+
+    Matches ``torch.nn.Hardtanh(min_val, max_val)``.
+
+    Example:
+      >>> Hardtanh().apply({}, jnp.array([-2.0, 0.5, 1.0, 3.0]))
+      Array([-1. ,  0.5,  1. ,  1. ], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
+    min_val: float = -1.0
+    max_val: float = 1.0
+
+    def __post_init__(self):
+        check_float("Hardtanh", "min_val", self.min_val)
+        check_float("Hardtanh", "max_val", self.max_val)
+        if not self.max_val > self.min_val:
+            raise config_error(
+                "Hardtanh", "max_val", f"greater than min_val ({self.min_val!r})", self.max_val
+            )
+
+    def function(self, x):
+        return hardtanh(x, self.min_val, self.max_val)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardswish(_Activation):
+    r"""Hard swish (MobileNetV3): ``y = x * relu6(x + 3) / 6``.
+
+    0 at and below -3, ``x`` at and above 3, ``x (x + 3) / 6`` between; the gradient
+    is torch's at the kinks: 0 at ``x = -3``, 1 at ``x = 3``. torch's ``inplace`` is
+    not accepted (``apply`` is pure).
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.Hardswish()``.
+
+    Example:
+      >>> Hardswish().apply({}, jnp.array([-4.0, 0.0, 1.5, 3.0]))
+      Array([-0.   ,  0.   ,  1.125,  3.   ], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    def function(self, x):
+        return hardswish(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold(_Activation):
+    r"""``y = x`` if ``x > threshold`` else ``value``.
+
+    At ``x == threshold`` the output is ``value`` and the gradient 0, as torch's.
+    Integer inputs stay integers, ``threshold`` and ``value`` truncated towards zero.
+    torch's ``inplace`` is not accepted (``apply`` is pure).
+
+    Args:
+      threshold: the value to threshold at (required, as in torch).
+      value: the value replacing every entry not above ``threshold`` (required).
+
+    Shape:
+      any; output the same shape and dtype.
+
+    Matches ``torch.nn.Threshold(threshold, value)``.
+
+    Example:
+      >>> Threshold(0.5, -1.0).apply({}, jnp.array([0.0, 0.5, 2.0]))
+      Array([-1., -1.,  2.], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
+    threshold: float
+    value: float
+
+    def __post_init__(self):
+        check_float("Threshold", "threshold", self.threshold)
+        check_float("Threshold", "value", self.value)
+
+    def function(self, x):
+        return threshold(x, self.threshold, self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class RReLU(_Activation):
+    r"""Randomized leaky ReLU: ``y = x`` if ``x > 0`` else ``a * x``.
+
+    In training (``train=True``) each entry draws its own slope ``a ~ U(lower, upper)``
+    from ``key`` (required: a ``LayerError`` says so when it is missing, as
+    ``Dropout``'s); in eval mode ``a = (lower + upper) / 2`` everywhere. The gradient is
+    the slope used, also at ``x = 0``. torch's ``inplace`` is not accepted (``apply``
+    is pure).
+
+    Args:
+      lower: the smallest slope. Default ``1/8``.
+      upper: the largest slope, at least ``lower``. Default ``1/3``.
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.RReLU(lower, upper)`` (eval mode exactly; training in
+    distribution).
+
+    Example:
+      >>> RReLU(0.1, 0.3).apply({}, jnp.array([-1.0, 2.0]))
+      Array([-0.2,  2. ], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    lower: float = 1.0 / 8
+    upper: float = 1.0 / 3
+
+    def __post_init__(self):
+        check_float("RReLU", "lower", self.lower)
+        check_float("RReLU", "upper", self.upper, low=self.lower)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        return rrelu(x, self.lower, self.upper, train=train, key=key, layer="RReLU")
+
+
+@dataclasses.dataclass(frozen=True)
+class Softshrink(_Activation):
+    r"""Soft shrinkage: ``y = x - lambd`` if ``x > lambd``, ``x + lambd`` if
+    ``x < -lambd``, else 0.
+
+    The gradient is 0 on ``[-lambd, lambd]``, its ends included, as torch's; NaN is
+    kept.
+
+    Args:
+      lambd: the half-width of the zero band, at least 0. Default ``0.5``.
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.Softshrink(lambd)``.
+
+    Example:
+      >>> Softshrink().apply({}, jnp.array([-2.0, 0.25, 1.0]))
+      Array([-1.5,  0. ,  0.5], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    lambd: float = 0.5
+
+    def __post_init__(self):
+        check_float("Softshrink", "lambd", self.lambd, low=0.0)
+
+    def function(self, x):
+        return softshrink(x, self.lambd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardshrink(_Activation):
+    r"""Hard shrinkage: ``y = x`` if ``|x| > lambd`` else 0.
+
+    The gradient is 0 on ``[-lambd, lambd]``, its ends included, as torch's. A negative
+    ``lambd`` (which torch accepts) leaves every entry as it is.
+
+    Args:
+      lambd: the half-width of the zero band. Default ``0.5``.
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.Hardshrink(lambd)``.
+
+    Example:
+      >>> Hardshrink().apply({}, jnp.array([-2.0, 0.5, 0.75]))
+      Array([-2.  ,  0.  ,  0.75], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    lambd: float = 0.5
+
+    def __post_init__(self):
+        check_float("Hardshrink", "lambd", self.lambd)
+
+    def function(self, x):
+        return hardshrink(x, self.lambd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tanhshrink(_Activation):
+    r"""``y = x - tanh(x)``.
+
+    Integer inputs give float32, as torch's.
+
+    Shape:
+      any; output the same shape (float32 for integer inputs).
+
+    Matches ``torch.nn.Tanhshrink()``.
+
+    Example:
+      >>> Tanhshrink().apply({}, jnp.array([0.0, 10.0]))
+      Array([0., 9.], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
+    def function(self, x):
+        return tanhshrink(x)

@@ -1,0 +1,160 @@
+"""The softmax family: softmax, log-softmax and softmin along one axis, and
+``Softmax2d`` over the channels, as plain functions and as parameter-free layers.
+
+Each normalizes along one axis (max-subtracted, so large inputs do not overflow) and
+matches its PyTorch counterpart in value and gradient. A scalar input is normalized as
+a length-1 vector along axis 0 or -1, as torch does.
+
+Shape: every layer maps ``(...)`` to the same shape and dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.layers._checks import LayerError, check_int, need_ndim
+from purelayers.layers.core import Layer, Params
+
+__all__ = [
+    "LogSoftmax",
+    "Softmax",
+    "Softmax2d",
+    "Softmin",
+    "log_softmax",
+    "softmax",
+    "softmin",
+]
+
+
+def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
+    """``exp(x) / sum(exp(x))`` along ``axis``, max-subtracted (``torch.softmax``)."""
+    return jax.nn.softmax(x, axis=axis)
+
+
+def log_softmax(x: jax.Array, axis: int = -1) -> jax.Array:
+    """``x - logsumexp(x)`` along ``axis`` (``torch.log_softmax``)."""
+    return jax.nn.log_softmax(x, axis=axis)
+
+
+def softmin(x: jax.Array, axis: int = -1) -> jax.Array:
+    """``softmax(-x)`` along ``axis`` (``torch.nn.functional.softmin``)."""
+    return jax.nn.softmax(-x, axis=axis)
+
+
+def _need_axis(layer: str, x: Any, axis: int, name: str = "axis") -> None:
+    """``axis`` must be an axis of ``x`` (torch: "Dimension out of range")."""
+    ndim = jnp.ndim(x)
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise LayerError(
+            layer,
+            f"{name} {axis}",
+            f"in [{-max(ndim, 1)}, {max(ndim, 1) - 1}] for an input of rank {ndim}",
+            f"x.shape == {tuple(jnp.shape(x))}",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _AlongAxis(Layer):
+    """A parameter-free function along one axis of a floating-point input, as a layer."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        return self.function(x)  # type: ignore[attr-defined]
+
+
+@dataclasses.dataclass(frozen=True)
+class Softmax(_AlongAxis):
+    """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``."""
+
+    axis: int = -1
+
+    def __post_init__(self):
+        check_int("Softmax", "axis", self.axis, minimum=-(2**31))
+
+    def function(self, x):
+        _need_axis(type(self).__name__, x, self.axis)
+        if jnp.ndim(x) == 0:  # torch takes a scalar along dim 0 or -1
+            return softmax(jnp.reshape(x, (1,)), 0)[0]
+        return softmax(x, self.axis)
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSoftmax(_AlongAxis):
+    """Log-softmax along ``axis``. Matches ``torch.nn.LogSoftmax(dim=axis)``."""
+
+    axis: int = -1
+
+    def __post_init__(self):
+        check_int("LogSoftmax", "axis", self.axis, minimum=-(2**31))
+
+    def function(self, x):
+        _need_axis(type(self).__name__, x, self.axis)
+        if jnp.ndim(x) == 0:
+            return log_softmax(jnp.reshape(x, (1,)), 0)[0]
+        return log_softmax(x, self.axis)
+
+
+@dataclasses.dataclass(frozen=True)
+class Softmin(_AlongAxis):
+    r"""``softmax(-x)`` along ``dim``: ``exp(-x_i) / sum_j exp(-x_j)``.
+
+    ``dim=None`` follows torch's legacy implicit choice exactly
+    (``torch.nn.functional._get_softmax_dim``): axis 0 for inputs of rank 0, 1 or 3,
+    axis 1 for every other rank. Prefer an explicit ``dim``.
+
+    Args:
+      dim: the axis to normalize along, or ``None`` for the implicit choice. Default
+        ``None``.
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Matches ``torch.nn.Softmin(dim)``.
+
+    Example:
+      >>> Softmin().apply({}, jnp.zeros((2, 4))).sum(axis=1)  # rank 2: dim 1
+      Array([1., 1.], dtype=float32)
+    """
+
+    dim: int | None = None
+
+    def __post_init__(self):
+        if self.dim is not None:
+            check_int("Softmin", "dim", self.dim, minimum=-(2**31))
+
+    def axis_for(self, ndim: int) -> int:
+        """The axis normalized for an input of rank ``ndim``."""
+        if self.dim is not None:
+            return self.dim
+        return 0 if ndim in (0, 1, 3) else 1
+
+    def function(self, x):
+        axis = self.axis_for(jnp.ndim(x))
+        _need_axis("Softmin", x, axis, "dim")
+        if jnp.ndim(x) == 0:
+            return softmin(jnp.reshape(x, (1,)), 0)[0]
+        return softmin(x, axis)
+
+
+@dataclasses.dataclass(frozen=True)
+class Softmax2d(_AlongAxis):
+    r"""Softmax over the channels at every spatial position: ``softmax(x)`` along axis -3.
+
+    Shape:
+      input ``(N, C, H, W)`` or ``(C, H, W)``; output the same shape and dtype.
+
+    Matches ``torch.nn.Softmax2d()``.
+
+    Example:
+      >>> Softmax2d().apply({}, jnp.zeros((1, 4, 2, 2)))[0, :, 0, 0]
+      Array([0.25, 0.25, 0.25, 0.25], dtype=float32)
+    """
+
+    def function(self, x):
+        need_ndim("Softmax2d", x, (3, 4), "(C, H, W) or (N, C, H, W)")
+        return softmax(x, -3)
