@@ -411,7 +411,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"PReLU\(num_parameters=3\) learns one slope per channel on axis 1$"),
     # -- dropout -----------------------------------------------------------------------
     ("dropout-p", lambda: L.Dropout(1.5), ValueError,
-     r"^Dropout: p must be in \[0, 1\), got 1\.5$"),
+     r"^Dropout: p must be in \[0, 1\], got 1\.5$"),
     ("dropout-needs-key", lambda: L.Dropout(0.1).apply({}, jnp.zeros(3), train=True), LayerError,
      r"^Dropout: train=True draws random numbers and needs a PRNG key; pass "
      r"key=jax\.random\.key\(seed\)"),
