@@ -2,7 +2,7 @@
 
 Configuration errors (raised in constructors)::
 
-    Dropout: p must be in [0, 1), got 1.5
+    Dropout: p must be in [0, 1], got 1.5
 
 Shape errors (raised when ``apply`` or ``init`` traces), with the layer's path inside
 its containers::

@@ -1,27 +1,65 @@
-"""Dropout."""
+"""Dropout: ``Dropout``, channel-wise ``Dropout1d/2d/3d``, ``AlphaDropout`` and
+``FeatureAlphaDropout``.
+
+Every one is the identity in eval mode (``train=False``) and at ``p = 0``; in train mode
+it draws its mask from ``key`` (required). ``p = 1`` drops everything, as torch, which
+returns ``x * 0``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import math
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers._checks import check_float, need_key
+from purelayers.layers._checks import LayerError, check_float, need_key
 from purelayers.layers.core import Layer, Params
 
-__all__ = ["Dropout", "dropout"]
+__all__ = [
+    "AlphaDropout",
+    "Dropout",
+    "Dropout1d",
+    "Dropout2d",
+    "Dropout3d",
+    "FeatureAlphaDropout",
+    "dropout",
+]
+
+# SELU's saturation value -scale * alpha, negated: where alpha dropout sends dropped units
+_SELU_SATURATION = 1.7580993408473766
 
 
 def dropout(x: jax.Array, p: float, key: jax.Array, *, layer: str = "dropout") -> jax.Array:
     """Inverted dropout: zero each entry with probability ``p`` and scale the rest by
     ``1 / (1 - p)``, so the expectation is unchanged. ``key`` is required."""
+    return _masked(x, p, key, jnp.shape(x), False, layer)
+
+
+def _masked(
+    x: Any, p: float, key: jax.Array | None, mask_shape: tuple, alpha: bool, layer: str
+) -> jax.Array:
+    """Dropout with one Bernoulli draw per entry of ``mask_shape`` (broadcast over ``x``):
+    torch's alpha dropout where ``alpha``, else inverted dropout."""
     if p == 0.0:
         return x
     need_key(layer, key)
-    keep = jax.random.bernoulli(key, 1.0 - p, jnp.shape(x))
-    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
+    if math.prod(jnp.shape(x)) == 0:
+        return x
+    if p == 1.0:
+        return x * 0
+    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
+    if not alpha:
+        return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
+    a = 1.0 / math.sqrt((_SELU_SATURATION**2 * p + 1) * (1 - p))
+    kept = a * x + _SELU_SATURATION * a * p
+    return jnp.where(keep, kept, jnp.full_like(kept, _SELU_SATURATION * a * (p - 1)))
+
+
+def _check_p(layer: str, p: Any) -> None:
+    check_float(layer, "p", p, low=0.0, high=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +68,11 @@ class Dropout(Layer):
 
     In train mode (``train=True``) each entry is kept with probability ``1 - p`` and
     scaled by ``1 / (1 - p)``, drawn from ``key`` (required: a ``ValueError`` says so
-    when it is missing). In eval mode, or at ``p = 0``, it is the identity.
+    when it is missing). In eval mode, or at ``p = 0``, it is the identity; at ``p = 1``
+    the output is ``x * 0``, as torch.
 
     Args:
-      p: probability of zeroing an entry, in ``[0, 1)``. Default ``0.5``.
+      p: probability of zeroing an entry, in ``[0, 1]``. Default ``0.5``.
 
     Shape:
       any; output the same shape and dtype.
@@ -42,9 +81,161 @@ class Dropout(Layer):
     p: float = 0.5
 
     def __post_init__(self):
-        check_float("Dropout", "p", self.p, low=0.0, high=1.0, high_open=True)
+        _check_p("Dropout", self.p)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         if not train:
             return x
         return dropout(x, self.p, key, layer="Dropout")
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChannelDropout(Layer):
+    """Shared implementation of Dropout1d/2d/3d (documented on Dropout2d)."""
+
+    _ranks: ClassVar[tuple[int, ...]] = ()  # the ranks it takes
+    _unbatched: ClassVar[int | None] = None  # the rank of one sample (C, *spatial)
+    _layout: ClassVar[str] = ""
+
+    p: float = 0.5
+
+    def __post_init__(self):
+        _check_p(type(self).__name__, self.p)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        shape = tuple(jnp.shape(x))
+        if len(shape) not in self._ranks:
+            raise LayerError(
+                type(self).__name__,
+                "input rank",
+                f"{' or '.join(map(str, self._ranks))} {self._layout}",
+                f"{len(shape)} (x.shape == {shape})",
+            )
+        if not train:
+            return x
+        channels = 1 if len(shape) == self._unbatched else 2
+        mask = shape[:channels] + (1,) * (len(shape) - channels)
+        return _masked(x, self.p, key, mask, False, type(self).__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropout1d(_ChannelDropout):
+    """Zeroes whole channels of ``(N, C, L)`` sequences (or of one ``(C, L)``) in training.
+
+    Matches ``torch.nn.Dropout1d(p)`` in distribution; see ``Dropout2d``.
+
+    Shape:
+      input ``(N, C, L)`` or ``(C, L)``; output the same shape and dtype.
+    """
+
+    _ranks: ClassVar[tuple[int, ...]] = (2, 3)
+    _unbatched: ClassVar[int | None] = 2
+    _layout: ClassVar[str] = "(N, C, L) or (C, L)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropout2d(_ChannelDropout):
+    """Zeroes whole channels of ``(N, C, H, W)`` images in training.
+
+    In train mode each channel of each sample is kept with probability ``1 - p`` (one
+    draw from ``key`` for all its positions, which is required) and scaled by
+    ``1 / (1 - p)``; in eval mode, or at ``p = 0``, it is the identity; at ``p = 1`` the
+    output is ``x * 0``. Matches ``torch.nn.Dropout2d(p)`` in distribution. A 3-d input
+    is ``(N, C, L)``, as torch 2.13 reads it (with a warning that this will change); other
+    ranks, which torch deprecates, are an error.
+
+    Args:
+      p: probability of zeroing a channel, in ``[0, 1]``. Default ``0.5``.
+
+    Shape:
+      input ``(N, C, H, W)`` or ``(N, C, L)``; output the same shape and dtype.
+
+    Example:
+      >>> y = Dropout2d(0.5).apply({}, jnp.ones((2, 3, 4, 4)), train=True, key=jax.random.key(0))
+      >>> bool(jnp.all((y == 0).all(axis=(2, 3)) | (y == 2).all(axis=(2, 3))))
+      True
+    """
+
+    _ranks: ClassVar[tuple[int, ...]] = (3, 4)
+    _layout: ClassVar[str] = "(N, C, L) or (N, C, H, W)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropout3d(_ChannelDropout):
+    """Zeroes whole channels of ``(N, C, D, H, W)`` volumes (or of one ``(C, D, H, W)``).
+
+    Matches ``torch.nn.Dropout3d(p)`` in distribution; see ``Dropout2d``.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or ``(C, D, H, W)``; output the same shape and dtype.
+    """
+
+    _ranks: ClassVar[tuple[int, ...]] = (4, 5)
+    _unbatched: ClassVar[int | None] = 4
+    _layout: ClassVar[str] = "(N, C, D, H, W) or (C, D, H, W)"
+
+
+@dataclasses.dataclass(frozen=True)
+class AlphaDropout(Layer):
+    r"""Dropout that keeps a SELU network's inputs at zero mean and unit variance.
+
+    In train mode each entry is dropped with probability ``p`` (drawn from ``key``,
+    required) to SELU's saturation value, and the result is transformed affinely::
+
+        y = a * x + a * alpha' * p          where kept
+        y = a * alpha' * (p - 1)            where dropped
+
+    with ``alpha' = 1.7580993408473766`` (SELU's ``scale * alpha``) and
+    ``a = 1 / sqrt((alpha'^2 p + 1)(1 - p))``, so zero-mean unit-variance inputs keep
+    both moments. Eval mode or ``p = 0``: the identity; ``p = 1``: ``x * 0``, as torch.
+    Matches ``torch.nn.AlphaDropout(p)`` in distribution.
+
+    Worked example: ``p = 0.5`` gives ``a = 0.8864``; an input of zeros becomes
+    ``+0.7792`` where kept and ``-0.7792`` where dropped.
+
+    Args:
+      p: probability of dropping an entry, in ``[0, 1]``. Default ``0.5``.
+
+    Shape:
+      any; output the same shape and dtype.
+    """
+
+    _feature: ClassVar[bool] = False
+
+    p: float = 0.5
+
+    def __post_init__(self):
+        _check_p(type(self).__name__, self.p)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        if not train:
+            return x
+        shape = tuple(jnp.shape(x))
+        if self._feature:
+            if len(shape) < 2:
+                raise LayerError(
+                    type(self).__name__,
+                    "input rank (train=True drops whole channels of (N, C, *))",
+                    "at least 2",
+                    f"{len(shape)} (x.shape == {shape})",
+                )
+            shape = shape[:2] + (1,) * (len(shape) - 2)
+        return _masked(x, self.p, key, shape, True, type(self).__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureAlphaDropout(AlphaDropout):
+    """Alpha dropout of whole channels: ``AlphaDropout``'s formula, one draw per channel
+    of each sample of ``(N, C, *)``.
+
+    Matches ``torch.nn.FeatureAlphaDropout(p)`` in distribution.
+
+    Args:
+      p: probability of dropping a channel, in ``[0, 1]``. Default ``0.5``.
+
+    Shape:
+      input ``(N, C, *)`` (train mode needs the two axes); output the same shape and
+      dtype.
+    """
+
+    _feature: ClassVar[bool] = True

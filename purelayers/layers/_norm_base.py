@@ -1,0 +1,116 @@
+"""Shared pieces of the normalization layers: checks, moments and per-channel affine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.init import Initializer, ones, zeros
+from purelayers.layers._checks import (
+    LayerError,
+    broadcast_to_axis,
+    check_float,
+    is_float,
+    need_axis,
+)
+from purelayers.layers.core import Params
+
+
+def _check_eps(layer: str, eps: Any) -> None:
+    check_float(layer, "eps", eps, low=0.0, low_open=True)
+
+
+def _need_float(layer: str, x: Any) -> None:
+    if not is_float(x):
+        raise LayerError(
+            layer,
+            "input dtype",
+            "a floating dtype",
+            jnp.result_type(x),
+            "normalization layers take floating-point features; cast with x.astype(jnp.float32)",
+        )
+
+
+def _moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(mean, x - mean, var)`` over ``axes`` (kept), ``var`` the population variance.
+
+    One pass over shifted data: with ``k`` the first element of each reduced slice
+    (a constant to differentiation), ``d = x - k``, ``var = mean(d * d) - mean(d) ** 2``.
+    Both means come from one read of ``x``, and the mean of squares is traced first so
+    XLA fuses the two reductions into one loop: a four-block transformer training step
+    measured 5-7% faster than the two-pass form (mean, then mean squared deviation).
+    The shift keeps the two-pass accuracy where the plain one-pass ``E[x^2] - E[x]^2``
+    loses it (0.4 off torch at a mean of 1000 std): ``(k - mean)^2 / var`` is at most
+    ``n - 1`` for ``n`` reduced elements (Samuelson's inequality), so the cancellation
+    costs at most about ``log2(n)`` bits and usually none.
+    """
+    first = tuple(slice(0, 1) if a in axes else slice(None) for a in range(xf.ndim))
+    k = jax.lax.stop_gradient(xf[first])
+    d = xf - k
+    mean_sq = jnp.mean(d * d, axis=axes, keepdims=True)
+    mean_d = jnp.mean(d, axis=axes, keepdims=True)
+    var = jnp.maximum(mean_sq - mean_d * mean_d, 0)
+    return mean_d + k, d - mean_d, var
+
+
+def _affine_params(
+    key: jax.Array,
+    shape: tuple[int, ...],
+    dtype: Any,
+    weight: Initializer | None,
+    bias: Initializer | None = None,
+) -> Params:
+    """``weight`` and ``bias`` of ``shape`` drawn by the given initializers (None: absent)."""
+    wkey, bkey = jax.random.split(key)
+    params: Params = {}
+    if weight is not None:
+        params["weight"] = weight(wkey, shape, dtype)
+    if bias is not None:
+        params["bias"] = bias(bkey, shape, dtype)
+    return params
+
+
+def _channel_affine(y: jax.Array, params: Params, affine: bool, bias: bool = True) -> jax.Array:
+    """``y * weight + bias`` with per-channel parameters on axis 1, when ``affine`` (the
+    ``bias`` only with ``bias``; a missing one is a ``KeyError``, never skipped)."""
+    if affine:
+        y = y * broadcast_to_axis(params["weight"].astype(y.dtype), y.ndim, 1)
+        if bias:
+            y = y + broadcast_to_axis(params["bias"].astype(y.dtype), y.ndim, 1)
+    return y
+
+
+def _channel_params(layer: Any, key: jax.Array, channels: int, dtype: Any) -> Params:
+    """Per-channel ``weight`` and ``bias`` of a layer with ``affine``, ``bias`` and
+    initializers."""
+    if not layer.affine:
+        return {}
+    w, b = layer.weight_init or ones(), (layer.bias_init or zeros()) if layer.bias else None
+    return _affine_params(key, (channels,), dtype, w, b)
+
+
+def _affine_names(layer: Any) -> tuple[str, ...]:
+    """The per-channel parameter names of a layer with ``affine`` and ``bias``."""
+    if not layer.affine:
+        return ()
+    return ("weight", "bias") if layer.bias else ("weight",)
+
+
+def _check_channels(layer: str, x: Any, channels: int | None, layout: str) -> None:
+    """Axis 1 of ``x`` holds the ``channels`` the layer was initialized with."""
+    if channels is not None:
+        need_axis(
+            layer,
+            x,
+            1,
+            channels,
+            "channels (axis 1)",
+            f"x.shape == {tuple(jnp.shape(x))}; {layer} was initialized for {channels} "
+            f"channels, laid out {layout}",
+        )
+
+
+def _width(tree: Any, name: str = "weight") -> int | None:
+    return int(tree[name].shape[0]) if tree and name in tree else None
