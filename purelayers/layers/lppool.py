@@ -1,5 +1,118 @@
-"""lppool."""
+r"""Power-average pooling: ``LPPool1d``, ``LPPool2d`` and ``LPPool3d``.
+
+Over each window of ``K`` elements (``K`` the product of ``kernel_size``), torch's
+formula::
+
+    m = avg_pool(x ** p)                   # windows of kernel_size, no padding
+    y = (sign(m) * relu(|m|) * K) ** (1 / p)
+
+which is ``(sum x^p) ** (1/p)`` over full windows (``p = 1``: the sum; large ``p``:
+nearly the max). A ``ceil_mode`` window that hangs past the input averages the elements
+it holds, then is scaled by the full ``K``, as torch. Negative ``x`` with a non-integer
+``p``, or a negative power sum with an even root, give NaN, as torch. At a window of
+zeros the gradient is ``0`` (torch's ``relu`` passes none at 0).
+
+Args:
+  norm_type: the power ``p``, a nonzero finite number.
+  kernel_size: window size, an int or one int per spatial axis.
+  stride: window step; ``None`` (the default) means ``kernel_size``.
+  ceil_mode: round the output size up instead of down (see ``AvgPoolNd``). Default
+    ``False``.
+
+Shape:
+  input ``(N, C, *L)`` or unbatched ``(C, *L)``, floating point (torch averages integer
+  inputs with integer division; cast first); output ``(N, C, *L_out)``, ``L_out`` as
+  ``AvgPoolNd``'s with no padding.
+
+Parameters:
+  none.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.layers._checks import config_error
+from purelayers.layers._spatial import batched, need_nonempty, unbatched
+from purelayers.layers.core import Layer, Params
+from purelayers.layers.pool import AvgPool1d, AvgPool2d, AvgPool3d
+
+__all__ = ["LPPool1d", "LPPool2d", "LPPool3d"]
+
+_AVG = {1: AvgPool1d, 2: AvgPool2d, 3: AvgPool3d}
+
+
+@dataclasses.dataclass(frozen=True)
+class _LPPoolNd(Layer):
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+    _nd: ClassVar[int] = 2
+
+    norm_type: float
+    kernel_size: int | tuple[int, ...]
+    stride: int | tuple[int, ...] | None = None
+    ceil_mode: bool = False
+
+    def __post_init__(self):
+        name = type(self).__name__
+        p = self.norm_type
+        ok = isinstance(p, (int, float)) and not isinstance(p, bool) and math.isfinite(p)
+        if not ok or p == 0:
+            raise config_error(name, "norm_type", "a nonzero finite number", p)
+        try:  # the window settings are AvgPool's, checked there
+            avg = self._avg()
+        except ValueError as e:
+            raise ValueError(str(e).replace(_AVG[self._nd].__name__, name, 1)) from None
+        object.__setattr__(self, "kernel_size", avg.kernel_size)
+        object.__setattr__(self, "stride", avg.stride)
+
+    def _avg(self) -> Any:
+        return _AVG[self._nd](self.kernel_size, self.stride, ceil_mode=self.ceil_mode)
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        name = type(self).__name__
+        x, added = batched(name, x, self._nd)
+        need_nonempty(name, x)
+        p = float(self.norm_type)
+        m = self._avg()._average(x**p, name)
+        y = jnp.sign(m) * jax.nn.relu(jnp.abs(m)) * math.prod(self.kernel_size)
+        return unbatched(y ** (1.0 / p), added)
+
+
+@dataclasses.dataclass(frozen=True)
+class LPPool1d(_LPPoolNd):
+    """Power-average pooling of sequences ``(N, C, L)``. Matches ``torch.nn.LPPool1d``.
+
+    Formula and arguments: see the module docstring (``purelayers.layers.lppool``).
+
+    Example:
+      >>> LPPool1d(2, 2).apply({}, jnp.array([[[3.0, 4.0, 1.0, 0.0]]])).tolist()
+      [[[5.0, 1.0]]]
+    """
+
+    _nd: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LPPool2d(_LPPoolNd):
+    """Power-average pooling of images ``(N, C, H, W)``. Matches ``torch.nn.LPPool2d``.
+
+    Formula and arguments: see the module docstring (``purelayers.layers.lppool``).
+    """
+
+    _nd: ClassVar[int] = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class LPPool3d(_LPPoolNd):
+    """Power-average pooling of volumes ``(N, C, D, H, W)``. Matches
+    ``torch.nn.LPPool3d``.
+
+    Formula and arguments: see the module docstring (``purelayers.layers.lppool``).
+    """
+
+    _nd: ClassVar[int] = 3

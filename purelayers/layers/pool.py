@@ -1,9 +1,11 @@
-r"""Pooling over the spatial axes of channels-first inputs: ``MaxPool1d/2d``,
-``AvgPool1d/2d``, ``AdaptiveAvgPool1d/2d`` and ``AdaptiveMaxPool1d/2d``.
+r"""Pooling over the spatial axes of channels-first inputs: ``MaxPool1d/2d/3d``,
+``AvgPool1d/2d/3d``, ``AdaptiveAvgPool1d/2d/3d`` and ``AdaptiveMaxPool1d/2d/3d``.
 
 Fixed-window pools whose windows tile the input (``stride == kernel_size``, no
 dilation, the common ``MaxPool2d(2)``) run as a reshape and elementwise selects or a sum
-over the window axes; the others on ``lax.reduce_window``. On the CPU benchmark's CNN
+over the window axes; other max pools as a running max over one strided slice per
+window tap (JAX's ``reduce_window`` max sends the gradient of a NaN window elsewhere than
+torch), other average pools on ``lax.reduce_window``. On the CPU benchmark's CNN
 (``python -m benchmarks.run --workloads cnn``) the tiled path took the training step
 from 0.91x to 0.71x of raw JAX's ``reduce_window`` version and its memory from 139 to
 45 MiB. The variants only fix the number of spatial axes. None has parameters. Input ``(N, C, *L)`` or unbatched ``(C, *L)``.
@@ -22,22 +24,33 @@ Args:
   count_include_pad (``AvgPool`` only): count the explicit ``padding`` in the divisor.
     The part of a ``ceil_mode`` window that hangs past the padding is never counted
     (torch's rule). Default ``True``.
+  divisor_override (``AvgPool2d``/``AvgPool3d`` only): a nonzero integer dividing every
+    window's sum instead of its count. Default ``None``.
+  return_indices (``MaxPool`` only): also return the indices of the selected elements,
+    ``(y, indices)`` (see below). Default ``False``.
 
 Per spatial axis the output size is ``floor_or_ceil((L + 2 * padding - dilation *
 (kernel_size - 1) - 1) / stride) + 1``, minus one when ``ceil_mode``'s last window would
 start at or past ``L + padding``.
 
 Gradients match torch: ``MaxPool`` sends each output's gradient to the one element it
-selected; among equal maxima in a window that is the first
-in row-major order, as torch's CPU kernel. ``AvgPool`` spreads it evenly over the
-window's counted elements.
+selected, as torch's CPU kernel: among equal maxima in a window the first in row-major
+order, among NaNs the last. ``AvgPool`` spreads it evenly over the window's counted
+elements.
+
+Indices (``return_indices=True``, on the max pools): per output element, the flat
+position of the selected element within its channel's unpadded input (``h * W + w`` in
+2-d, ``(d * H + h) * W + w`` in 3-d), as torch returns for ``MaxUnpoolNd``; a window
+holding only ``-inf`` (or padding) gives its first in-bounds element. The dtype is
+``int64`` where JAX's 64-bit mode is on, else ``int32`` (torch: always ``int64``).
 
 Adaptive pools (``AdaptiveAvgPoolNd``, ``AdaptiveMaxPoolNd``) take ``output_size`` (an
 int, or one int or ``None`` per spatial axis, ``None`` keeping that axis) and reduce
 output cell ``i`` of an axis of length ``L`` over ``[floor(i * L / out),
 ceil((i + 1) * L / out))``, torch's windows, for any sizes (not only divisors). Both are
-separable, so each axis is pooled in turn with one gather; the max keeps the first
-maximum in row-major order for its gradient, as torch.
+separable, so each axis is pooled in turn with one gather; the max keeps torch's
+element (first maximum, last NaN) for its gradient. ``AdaptiveMaxPoolNd`` also takes
+``return_indices`` (default ``False``), with indices as above.
 """
 
 from __future__ import annotations
@@ -54,25 +67,25 @@ import numpy as np
 from jax import lax
 
 from purelayers.layers._checks import LayerError
+from purelayers.layers._maxindex import lowest as _lowest
+from purelayers.layers._maxindex import max_by_table, select, window_tables
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
 from purelayers.layers.core import Layer, Params
 
 __all__ = [
     "AdaptiveAvgPool1d",
     "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d",
     "AdaptiveMaxPool2d",
+    "AdaptiveMaxPool3d",
     "AvgPool1d",
     "AvgPool2d",
+    "AvgPool3d",
     "MaxPool1d",
     "MaxPool2d",
+    "MaxPool3d",
 ]
-
-
-def _lowest(dtype: Any) -> Any:
-    if jnp.issubdtype(dtype, jnp.floating):
-        return -jnp.inf
-    return jnp.iinfo(dtype).min
 
 
 def _output_size(layer: str, n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
@@ -121,7 +134,7 @@ class _PoolNd(Layer):
                 f"{name}: padding must be at most half of kernel_size (kernel_size // 2 = "
                 f"{half}), got {self.padding}"
             )
-        for flag in ("ceil_mode", "count_include_pad"):
+        for flag in ("ceil_mode", "count_include_pad", "return_indices"):
             value = getattr(self, flag, False)
             if not isinstance(value, bool):
                 raise ValueError(f"{name}: {flag} must be True or False, got {value!r}")
@@ -130,9 +143,12 @@ class _PoolNd(Layer):
     def _dilation(self) -> tuple[int, ...]:
         return getattr(self, "dilation", (1,) * self._nd)
 
-    def _windows(self, x: jax.Array) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
-        """Output sizes and the ``(low, high)`` pads (the high one may crop) giving them."""
-        name, nd = type(self).__name__, self._nd
+    def _windows(
+        self, x: jax.Array, name: str | None = None
+    ) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """Output sizes and the ``(low, high)`` pads (the high one may crop) giving them;
+        errors name ``name`` (default: this layer's class)."""
+        name, nd = name or type(self).__name__, self._nd
         outs, pads = [], []
         for n, k, s, p, d in zip(
             x.shape[-nd:], self.kernel_size, self.stride, self.padding, self._dilation, strict=True
@@ -150,7 +166,7 @@ class _PoolNd(Layer):
         tiled = self.stride == self.kernel_size and all(d == 1 for d in self._dilation)
         if tiled and all(n % k == 0 for n, k in zip(x.shape[lead:], self.kernel_size, strict=True)):
             return _reduce_tiles(x, self.kernel_size, op)
-        if op is lax.max and any(d > 1 for d in self._dilation):
+        if op is lax.max:
             return _max_of_taps(x, self.kernel_size, self.stride, self._dilation)
         return lax.reduce_window(
             x,
@@ -195,25 +211,25 @@ def _reduce_tiles(x: jax.Array, kernel: tuple[int, ...], op: Any) -> jax.Array:
 
 def _first_max(taps: list[jax.Array]) -> jax.Array:
     """Elementwise max of ``taps`` given in row-major window order, as torch's CPU
-    kernel: a later tap replaces the running max only when strictly greater, or when it
-    is the first NaN. The gradient of this chain of selects reaches exactly the selected
-    element (the first maximum among ties)."""
+    kernel: a later tap replaces the running max when strictly greater, or when it is
+    NaN. The gradient of this chain of selects reaches exactly the selected element (the
+    first maximum among ties, the last NaN)."""
     best = taps[0]
     inexact = jnp.issubdtype(best.dtype, jnp.inexact)
     for tap in taps[1:]:
         take = tap > best
         if inexact:
-            take = take | (jnp.isnan(tap) & ~jnp.isnan(best))
+            take = take | jnp.isnan(tap)
         best = jnp.where(take, tap, best)
     return best
 
 
 def _max_of_taps(x: jax.Array, kernel, stride, dilation) -> jax.Array:
-    """Dilated max pooling of exactly padded ``x``, one strided slice per kernel tap.
+    """Max pooling of exactly padded ``x``, one strided slice per kernel tap.
 
-    JAX has no gradient for a dilated ``reduce_window`` max; ``_first_max`` over the taps
-    (a static, small number) in row-major order sends the gradient to the same element
-    as torch.
+    JAX has no gradient for a dilated ``reduce_window`` max, and its undilated one picks
+    another NaN than torch; ``_first_max`` over the taps (a static, small number) in
+    row-major order sends the gradient to the same element as torch.
     """
     nd = len(kernel)
     lead = x.ndim - nd
@@ -237,12 +253,25 @@ def _max_of_taps(x: jax.Array, kernel, stride, dilation) -> jax.Array:
 class _MaxPoolNd(_PoolNd):
     accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
     dilation: int | tuple[int, ...] = dataclasses.field(default=1, kw_only=True)
+    return_indices: bool = dataclasses.field(default=False, kw_only=True)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
         need_nonempty(type(self).__name__, x)
-        _, pads = self._windows(x)
-        return unbatched(self._reduce(x, pads, _lowest(x.dtype), lax.max), added)
+        outs, pads = self._windows(x)
+        if not self.return_indices:
+            return unbatched(self._reduce(x, pads, _lowest(x.dtype), lax.max), added)
+        axes = []
+        for n, k, s, p, d, out in zip(
+            x.shape[2:], self.kernel_size, self.stride, self.padding, self._dilation, outs,
+            strict=True,
+        ):  # fmt: skip
+            starts = np.arange(out) * s - p
+            pos = starts[:, None] + np.arange(k)[None, :] * d
+            first = starts + d * -(starts // d)  # torch: step a negative start by dilation
+            axes.append((pos, (pos >= 0) & (pos < n), np.where(starts < 0, first, starts)))
+        y, idx = max_by_table(x, self._nd, *window_tables(axes, x.shape[2:]))
+        return unbatched(y, added), unbatched(idx, added)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,15 +284,20 @@ class _AvgPoolNd(_PoolNd):
         need_nonempty(type(self).__name__, x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(jnp.result_type(float))
-        outs, pads = self._windows(x)
+        return unbatched(self._average(x), added)
+
+    def _average(self, x: jax.Array, name: str | None = None) -> jax.Array:
+        """The pooled means of the batched floating-point ``x``; errors name ``name``."""
+        outs, pads = self._windows(x, name)
         total = self._reduce(x, pads, 0.0, lax.add)
+        if getattr(self, "divisor_override", None) is not None:
+            return total / jnp.asarray(self.divisor_override, x.dtype)
         divisor = np.ones((), np.float64)
         for n, k, s, p, out in zip(
             x.shape[2:], self.kernel_size, self.stride, self.padding, outs, strict=True
         ):
             divisor = np.multiply.outer(divisor, self._counts(n, k, s, p, out))
-        divisor = jnp.asarray(divisor.reshape((1, 1, *outs)), x.dtype)
-        return unbatched(total / divisor, added)
+        return total / jnp.asarray(divisor.reshape((1, 1, *outs)), x.dtype)
 
     def _counts(self, n: int, k: int, s: int, p: int, out: int) -> np.ndarray:
         """Per-window divisor along one axis, as torch: the window clipped to ``n + p``,
@@ -285,19 +319,39 @@ class MaxPool1d(_MaxPoolNd):
     ``[[[3, 5, 4]]]``.
     """
 
-    accepts: ClassVar[tuple[str, ...]] = ("floating",)  # torch: integers only in 2-d
     _nd: ClassVar[int] = 1
+
+    @property
+    def accepts(self) -> tuple[str, ...]:  # type: ignore[override]
+        # torch's 1-d kernel without indices takes no integers; with them it runs the 2-d one
+        return ("floating", "integer") if self.return_indices else ("floating",)
 
 
 @dataclasses.dataclass(frozen=True)
 class MaxPool2d(_MaxPoolNd):
     """Max over windows of images ``(N, C, H, W)``. Matches ``torch.nn.MaxPool2d``.
 
-    Arguments, output size and gradient: see the module docstring
+    Arguments, output size, indices and gradient: see the module docstring
     (``purelayers.layers.pool``). ``MaxPool2d(2)`` halves ``H`` and ``W`` (rounding down).
+
+    Example:
+      >>> y, idx = MaxPool2d(2, return_indices=True).apply({}, jnp.arange(16.0).reshape(1, 4, 4))
+      >>> y.tolist(), idx.tolist()
+      ([[[5.0, 7.0], [13.0, 15.0]]], [[[5, 7], [13, 15]]])
     """
 
     _nd: ClassVar[int] = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxPool3d(_MaxPoolNd):
+    """Max over windows of volumes ``(N, C, D, H, W)``. Matches ``torch.nn.MaxPool3d``.
+
+    Arguments, output size, indices and gradient: see the module docstring
+    (``purelayers.layers.pool``).
+    """
+
+    _nd: ClassVar[int] = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,14 +369,38 @@ class AvgPool1d(_AvgPoolNd):
 
 
 @dataclasses.dataclass(frozen=True)
-class AvgPool2d(_AvgPoolNd):
-    """Mean over windows of images ``(N, C, H, W)``. Matches ``torch.nn.AvgPool2d``
-    (without ``divisor_override``).
+class _AvgPoolDivNd(_AvgPoolNd):
+    divisor_override: int | None = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self):
+        super().__post_init__()
+        d = self.divisor_override
+        if d is not None and (not is_int(d) or d == 0):
+            raise ValueError(
+                f"{type(self).__name__}: divisor_override must be a nonzero integer or None, "
+                f"got {d!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class AvgPool2d(_AvgPoolDivNd):
+    """Mean over windows of images ``(N, C, H, W)``. Matches ``torch.nn.AvgPool2d``.
+
+    Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
+    ``AvgPool2d(2, divisor_override=1)`` sums each 2 x 2 window.
+    """
+
+    _nd: ClassVar[int] = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class AvgPool3d(_AvgPoolDivNd):
+    """Mean over windows of volumes ``(N, C, D, H, W)``. Matches ``torch.nn.AvgPool3d``.
 
     Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
     """
 
-    _nd: ClassVar[int] = 2
+    _nd: ClassVar[int] = 3
 
 
 def _adaptive_windows(n: int, out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -351,10 +429,10 @@ def _adaptive_axis(x: jax.Array, axis: int, out: int, mode: str) -> jax.Array:
         counts = valid.sum(axis=1).reshape((1,) * axis + (out,) + tail)
         return jnp.sum(jnp.where(mask, g, 0), axis=axis + 1) / jnp.asarray(counts, x.dtype)
     g = jnp.where(mask, g, jnp.asarray(_lowest(x.dtype), x.dtype))
-    # argmax picks the first maximum, so the gradient goes where torch sends it (not split
-    # among ties as a max reduction's would be).
-    first = jnp.argmax(g, axis=axis + 1, keepdims=True)
-    return jnp.squeeze(jnp.take_along_axis(g, first, axis=axis + 1), axis=axis + 1)
+    # torch's element (first maximum, last NaN; per axis in turn it is the row-major
+    # one), so the gradient goes where torch sends it, not split among ties
+    kept = jnp.expand_dims(select(jnp.moveaxis(g, axis + 1, -1)), axis + 1)
+    return jnp.squeeze(jnp.take_along_axis(g, kept, axis=axis + 1), axis=axis + 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,7 +460,7 @@ class _AdaptivePoolNd(Layer):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
-        if self._mode == "max":
+        if self._mode == "max" or self._nd == 3:  # torch's 3-d mean refuses empty channels
             need_nonempty(type(self).__name__, x)
         elif not (self._nd == 2 and self.output_size == (1, 1)):
             # torch's adaptive mean takes empty channels; its (1, 1) case is a plain mean
@@ -394,6 +472,33 @@ class _AdaptivePoolNd(Layer):
             out = self.output_size[axis - 2]
             x = _adaptive_axis(x, axis, x.shape[axis] if out is None else out, self._mode)
         return unbatched(x, added)
+
+
+@dataclasses.dataclass(frozen=True)
+class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
+    _mode: ClassVar[str] = "max"
+
+    return_indices: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.return_indices, bool):
+            raise ValueError(
+                f"{type(self).__name__}: return_indices must be True or False, got "
+                f"{self.return_indices!r}"
+            )
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        if not self.return_indices:
+            return super().apply(params, x, key=key, train=train)
+        x, added = batched(type(self).__name__, x, self._nd)
+        need_nonempty(type(self).__name__, x)
+        axes = []
+        for n, out in zip(x.shape[2:], self.output_size, strict=True):
+            idx, valid = _adaptive_windows(n, n if out is None else out)
+            axes.append((idx, valid, idx[:, 0]))
+        y, indices = max_by_table(x, self._nd, *window_tables(axes, x.shape[2:]))
+        return unbatched(y, added), unbatched(indices, added)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,18 +519,32 @@ class AdaptiveAvgPool2d(_AdaptivePoolNd):
 
 
 @dataclasses.dataclass(frozen=True)
-class AdaptiveMaxPool1d(_AdaptivePoolNd):
-    """Max over ``output_size`` adaptive windows of ``(N, C, L)``. Matches
-    ``torch.nn.AdaptiveMaxPool1d`` (without ``return_indices``)."""
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
+    """Mean over adaptive windows of ``(N, C, D, H, W)`` to ``output_size``. Matches
+    ``torch.nn.AdaptiveAvgPool3d``. Windows: see the module docstring."""
 
-    _nd: ClassVar[int] = 1
-    _mode: ClassVar[str] = "max"
+    _nd: ClassVar[int] = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class AdaptiveMaxPool2d(_AdaptivePoolNd):
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    """Max over ``output_size`` adaptive windows of ``(N, C, L)``. Matches
+    ``torch.nn.AdaptiveMaxPool1d``. Windows and indices: see the module docstring."""
+
+    _nd: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
     """Max over adaptive windows of ``(N, C, H, W)`` to ``output_size``. Matches
-    ``torch.nn.AdaptiveMaxPool2d`` (without ``return_indices``)."""
+    ``torch.nn.AdaptiveMaxPool2d``. Windows and indices: see the module docstring."""
 
     _nd: ClassVar[int] = 2
-    _mode: ClassVar[str] = "max"
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """Max over adaptive windows of ``(N, C, D, H, W)`` to ``output_size``. Matches
+    ``torch.nn.AdaptiveMaxPool3d``. Windows and indices: see the module docstring."""
+
+    _nd: ClassVar[int] = 3

@@ -1,5 +1,189 @@
-"""unpool."""
+r"""The partial inverse of max pooling: ``MaxUnpool1d``, ``MaxUnpool2d`` and
+``MaxUnpool3d``.
+
+``apply(params, x, indices, output_size=None)`` scatters each element of ``x`` into a
+zero output at its flat per-channel position ``indices`` (as ``MaxPoolNd(...,
+return_indices=True)`` returns them); every other output element is zero. The gradient
+with respect to ``x`` gathers the output's gradient at ``indices``, as torch's.
+
+Per spatial axis the output size is ``(L - 1) * stride - 2 * padding + kernel_size``,
+unless ``output_size`` (``nd`` ints, or ``nd + 2`` with the batch and channel axes,
+which are ignored) gives it: each must lie strictly between that default minus and plus
+``stride``, torch's check (a pool with ``ceil_mode`` or a remainder loses up to
+``stride - 1`` elements an explicit size restores).
+
+Where two indices of a channel coincide, the later one (in row-major order of ``x``)
+is written, as torch's CPU kernel; its gradient reaches both, as torch's. Indices
+outside ``[0, prod(output size))`` are dropped: torch raises at run time, and traced
+values cannot raise.
+
+Args:
+  kernel_size: the pool's window size, an int or one int per spatial axis.
+  stride: the pool's step; ``None`` (the default) means ``kernel_size``.
+  padding: the pool's padding. Default ``0``.
+
+Shape:
+  ``x`` ``(N, C, *L)`` or unbatched ``(C, *L)``, floating point; ``indices`` integers
+  of the same shape; output ``(N, C, *L_out)``.
+
+Parameters:
+  none.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers.layers._checks import LayerError
+from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
+from purelayers.layers.core import Layer, Params
+
+__all__ = ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
+
+
+def _rows(fn):
+    """``fn`` of one channel's flat arrays, over the leading ``(N, C)`` axes."""
+    return jax.vmap(jax.vmap(fn))
+
+
+def _add_at(t: jax.Array, idx: jax.Array, size: int) -> jax.Array:
+    return _rows(lambda v, i: jnp.zeros((size,), t.dtype).at[i].add(v, mode="drop"))(t, idx)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _unpool(x: jax.Array, idx: jax.Array, size: int) -> jax.Array:
+    """Scatter of each channel's ``x`` to ``idx`` in ``size`` zeros; the last writer of a
+    position wins (torch's sequential loop), found as the largest source position."""
+    source = jnp.arange(x.shape[-1])
+
+    def winners(i):
+        return jnp.full((size,), -1, source.dtype).at[i].max(source, mode="drop")
+
+    won = _rows(winners)(idx)
+    y = jnp.take_along_axis(x, jnp.maximum(won, 0), axis=-1)
+    return jnp.where(won >= 0, y, jnp.zeros((), x.dtype))
+
+
+@_unpool.defjvp
+def _unpool_jvp(size, primals, tangents):
+    # linear in x's tangent, transposing to torch's backward: a gather at the indices
+    x, idx = primals
+    return _unpool(x, idx, size), _add_at(tangents[0], idx, size)
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaxUnpoolNd(Layer):
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+    _nd: ClassVar[int] = 2
+
+    kernel_size: int | tuple[int, ...]
+    stride: int | tuple[int, ...] | None = None
+    padding: int | tuple[int, ...] = 0
+
+    def __post_init__(self):
+        name, nd = type(self).__name__, self._nd
+        k = ntuple(name, "kernel_size", self.kernel_size, nd, minimum=1)
+        object.__setattr__(self, "kernel_size", k)
+        stride = k if self.stride is None else self.stride
+        object.__setattr__(self, "stride", ntuple(name, "stride", stride, nd, minimum=1))
+        object.__setattr__(self, "padding", ntuple(name, "padding", self.padding, nd, minimum=0))
+
+    def _sizes(self, spatial: Sequence[int], output_size: Any) -> tuple[int, ...]:
+        name, nd = type(self).__name__, self._nd
+        default = tuple(
+            (n - 1) * s - 2 * p + k
+            for n, k, s, p in zip(spatial, self.kernel_size, self.stride, self.padding, strict=True)
+        )
+        if output_size is None:
+            if min(default) < 1:
+                raise LayerError(
+                    name, "output size per spatial axis", ">= 1", default,
+                    f"(L - 1) * stride - 2 * padding + kernel_size for L = {tuple(spatial)}",
+                )  # fmt: skip
+            return default
+        size = tuple(output_size) if isinstance(output_size, Sequence) else None
+        if size is None or len(size) not in (nd, nd + 2) or not all(map(is_int, size)):
+            raise LayerError(
+                name, "output_size", f"a sequence of {nd} or {nd + 2} integers", output_size
+            )
+        size = tuple(int(v) for v in size[-nd:])
+        for d, (want, got, s) in enumerate(zip(default, size, self.stride, strict=True)):
+            if not want - s < got < want + s:
+                raise LayerError(
+                    name, f"output_size[{d}]", f"strictly between {want - s} and {want + s}", got,
+                    f"the default size is {default}; an explicit one may differ from it by "
+                    "less than stride (torch's rule)",
+                )  # fmt: skip
+        return size
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        indices: Any,
+        output_size: Sequence[int] | None = None,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        name, nd = type(self).__name__, self._nd
+        x, added = batched(name, x, nd)
+        indices = jnp.asarray(indices)
+        if not jnp.issubdtype(indices.dtype, jnp.integer):
+            raise LayerError(name, "indices dtype", "integer", indices.dtype)
+        if indices.shape != (x.shape[1:] if added else x.shape):
+            raise LayerError(
+                name, "indices shape", f"x's shape {x.shape[1:] if added else x.shape}",
+                indices.shape,
+            )  # fmt: skip
+        indices = indices[None] if added else indices
+        need_nonempty(name, x)
+        size = self._sizes(x.shape[2:], output_size)
+        lead, n = x.shape[:2], math.prod(x.shape[2:])
+        flat = _unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), math.prod(size))
+        return unbatched(flat.reshape((*lead, *size)), added)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxUnpool1d(_MaxUnpoolNd):
+    """Inverse of ``MaxPool1d`` on ``(N, C, L)``. Matches ``torch.nn.MaxUnpool1d``.
+
+    Output size, duplicates and gradient: see the module docstring
+    (``purelayers.layers.unpool``).
+
+    Example:
+      >>> y, idx = L.MaxPool1d(2, return_indices=True).apply({}, jnp.array([[[1.0, 3, 4, 2]]]))
+      >>> MaxUnpool1d(2).apply({}, y, idx).tolist()
+      [[[0.0, 3.0, 4.0, 0.0]]]
+    """
+
+    _nd: ClassVar[int] = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxUnpool2d(_MaxUnpoolNd):
+    """Inverse of ``MaxPool2d`` on ``(N, C, H, W)``. Matches ``torch.nn.MaxUnpool2d``.
+
+    Output size, duplicates and gradient: see the module docstring
+    (``purelayers.layers.unpool``).
+    """
+
+    _nd: ClassVar[int] = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxUnpool3d(_MaxUnpoolNd):
+    """Inverse of ``MaxPool3d`` on ``(N, C, D, H, W)``. Matches ``torch.nn.MaxUnpool3d``.
+
+    Output size, duplicates and gradient: see the module docstring
+    (``purelayers.layers.unpool``).
+    """
+
+    _nd: ClassVar[int] = 3
