@@ -1,5 +1,603 @@
-"""encoder_decoder."""
+"""torch's transformer: ``TransformerEncoderLayer``, ``TransformerDecoderLayer``,
+``TransformerEncoder``, ``TransformerDecoder`` and ``Transformer``, under torch's names,
+arguments, layouts and mask conventions, built on ``InProjAttention``.
+
+Masks, as torch reads them: a boolean ``attn_mask`` (``src_mask``, ``tgt_mask``,
+``memory_mask``) is ``True`` where attention is *not* allowed, a floating-point one is
+added to the scores; it is ``(L, S)`` or ``(N * nhead, L, S)``. A key padding mask is
+``(N, S)``, boolean ``True`` at padding (or floating point, added). Both become one
+additive mask for the attention.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from purelayers import init as _init
+from purelayers.layers import _torch_masks as _tm
+from purelayers.layers._checks import (
+    LayerError,
+    as_shape,
+    check_float,
+    check_int,
+    check_shape,
+    config_error,
+)
+from purelayers.layers.activation import GELU, ReLU
+from purelayers.layers.core import Lambda, Layer, Params, Sequential, apply_child
+from purelayers.layers.dropout import dropout as _dropout
+from purelayers.layers.linear import Linear
+from purelayers.layers.multihead import InProjAttention
+from purelayers.layers.norm import LayerNorm
+
+__all__ = [
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+]
+
+
+# -- the layers --------------------------------------------------------------------------
+
+
+def _activation(act: Any) -> Layer:
+    if isinstance(act, Layer):
+        return act
+    if act == "relu":
+        return ReLU()
+    return GELU() if act == "gelu" else Lambda(act)
+
+
+def _init_parts(layer: str, parts: dict[str, Layer], key: jax.Array, shapes: dict, dtype: Any):
+    """Each part's params (those with arrays), ``fold_in(key, i)`` for the ``i``-th part."""
+    params: Params = {}
+    for i, (name, part) in enumerate(parts.items()):
+        try:
+            p = part.init(jax.random.fold_in(key, i), shapes[name], dtype)
+        except LayerError as e:
+            raise e.within(layer, name) from None
+        if jax.tree.leaves(p):
+            params[name] = p
+    return params
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block(Layer):
+    """Shared by the encoder and decoder layers: torch's arguments, the feed-forward
+    block and the residual wiring."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+    attentions: ClassVar[tuple[str, ...]] = ("self_attn",)
+
+    nhead: int
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    activation: str | Layer | Callable[[Any], Any] = "relu"
+    layer_norm_eps: float = 1e-5
+    batch_first: bool = False
+    norm_first: bool = False
+    bias: bool = True
+
+    def __post_init__(self):
+        name = type(self).__name__
+        check_int(name, "nhead", self.nhead)
+        check_int(name, "dim_feedforward", self.dim_feedforward)
+        check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_float(name, "layer_norm_eps", self.layer_norm_eps, low=0.0, low_open=True)
+        act = self.activation
+        named = isinstance(act, str) and act in ("relu", "gelu")
+        if not (named or isinstance(act, Layer) or callable(act)):
+            raise config_error(name, "activation", '"relu", "gelu", a Layer or a callable', act)
+
+    def _parts(self, e: int) -> dict[str, Layer]:
+        attn = InProjAttention(self.nhead, bias=self.bias, dropout=self.dropout)
+        parts: dict[str, Layer] = dict.fromkeys(self.attentions, attn)
+        parts["linear1"] = Linear(self.dim_feedforward, bias=self.bias)
+        parts["linear2"] = Linear(max(e, 1), bias=self.bias)
+        for i in range(len(self.attentions) + 1):
+            parts[f"norm{i + 1}"] = LayerNorm(eps=self.layer_norm_eps, bias=self.bias)
+        parts["activation"] = _activation(self.activation)
+        return parts
+
+    def children(self) -> dict[str, Layer]:
+        return self._parts(0)  # names and order do not depend on the width
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        shape = as_shape(shape)
+        e = shape[-1] if shape else 0
+        parts = self._parts(e)
+        shapes = dict.fromkeys(parts, shape)
+        shapes["linear2"] = shapes["activation"] = (*shape[:-1], self.dim_feedforward)
+        return _init_parts(type(self).__name__, parts, key, shapes, dtype)
+
+    def _drop(self, x: jax.Array, key: jax.Array | None, i: int, train: bool) -> jax.Array:
+        if not train or self.dropout == 0.0:
+            return x
+        k = None if key is None else jax.random.fold_in(key, i)
+        return _dropout(x, self.dropout, k, layer=type(self).__name__)
+
+    def _attend(self, name, params, x, mem, mask, key, train, i):
+        k = None if key is None else jax.random.fold_in(key, i)
+        ctx = {} if mem is None else {"context": mem}
+        y = self.call(name, params, x, mask=mask, key=k, train=train, **ctx)
+        return self._drop(y, key, i + 10, train)
+
+    def _ff(self, params: Params, x: jax.Array, key: jax.Array | None, train: bool):
+        h = self.call("activation", params, self.call("linear1", params, x))
+        y = self.call("linear2", params, self._drop(h, key, 20, train))
+        return self._drop(y, key, 21, train)
+
+    def _run(self, params, x, sublayers):
+        """The residual wiring of ``sublayers`` (functions of the normed input), each
+        with its norm: post-norm, or pre-norm with ``norm_first``."""
+        for i, sub in enumerate(sublayers):
+            norm = f"norm{i + 1}"
+            if self.norm_first:
+                x = x + sub(self.call(norm, params, x))
+            else:
+                x = self.call(norm, params, x + sub(x))
+        return x
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerEncoderLayer(_Block):
+    r"""Self-attention and a feed-forward block, each in a residual with a
+    ``LayerNorm``::
+
+        x = norm1(x + dropout1(self_attn(x)))               # norm_first=False
+        x = norm2(x + dropout2(linear2(dropout(activation(linear1(x))))))
+
+    (``norm_first=True``: ``x = x + sublayer(norm_i(x))`` for each.) ``d_model`` ``E``
+    is the input's last axis. Matches
+    ``torch.nn.TransformerEncoderLayer(E, nhead, ...)`` in eval mode (and its fast path).
+
+    Args:
+      nhead: attention heads; must divide ``E``.
+      dim_feedforward: ``linear1``'s width. Default ``2048``.
+      dropout: on the attention weights and the three dropouts above, in train mode
+        (needs ``key``). Default ``0.1``.
+      activation: ``"relu"``, ``"gelu"`` (exact), a layer (its params, if any, under
+        ``activation``) or a function. Default ``"relu"``.
+      layer_norm_eps: the norms' eps. Default ``1e-5``.
+      batch_first: inputs are ``(N, S, E)``; else ``(S, N, E)``. Default ``False``.
+      norm_first: pre-norm. Default ``False``.
+      bias: biases in the attention, linears and norms. Default ``True``.
+
+    ``apply(params, src, src_mask=None, src_key_padding_mask=None, is_causal=False)``:
+    masks as torch reads them (module docstring). ``is_causal`` is torch's hint that
+    ``src_mask`` is causal: it needs ``src_mask``; without a key padding mask the
+    attention is then causal and the mask unread, as in torch.
+
+    Shape:
+      ``src`` ``(S, N, E)``, ``(N, S, E)`` with ``batch_first`` or ``(S, E)``; output the
+      same.
+
+    Parameters:
+      ``self_attn.in_proj_weight`` ``(3E, E)``, ``self_attn.in_proj_bias``,
+      ``self_attn.out_proj.*`` (``InProjAttention``), ``linear1.*`` ``(F, E)``,
+      ``linear2.*`` ``(E, F)`` (``Linear``), ``norm1.*``, ``norm2.*`` (ones, zeros).
+
+    Example:
+      >>> layer = TransformerEncoderLayer(2, dim_feedforward=16)
+      >>> params = layer.init(jax.random.key(0), (5, 3, 8))
+      >>> layer.apply(params, jnp.ones((5, 3, 8))).shape
+      (5, 3, 8)
+    """
+
+    def apply(
+        self,
+        params: Params,
+        src: Any,
+        src_mask: Any = None,
+        src_key_padding_mask: Any = None,
+        is_causal: bool = False,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        name = type(self).__name__
+        x = _tm.batch_first_layout(name, src, self.batch_first)
+        names = ("src_mask", "src_key_padding_mask", "is_causal")
+        m = _tm.torch_mask(
+            name, names, x, x.shape[-2], self.nhead, src_mask, src_key_padding_mask, is_causal
+        )
+
+        def sa(h):
+            return self._attend("self_attn", params, h, None, m, key, train, 0)
+
+        y = self._run(params, x, (sa, lambda h: self._ff(params, h, key, train)))
+        return _tm.restore_layout(y, self.batch_first)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerDecoderLayer(_Block):
+    r"""Self-attention, cross-attention to ``memory`` and a feed-forward block, each in
+    a residual with a ``LayerNorm``::
+
+        x = norm1(x + dropout1(self_attn(x)))               # norm_first=False
+        x = norm2(x + dropout2(multihead_attn(x, memory)))
+        x = norm3(x + dropout3(linear2(dropout(activation(linear1(x))))))
+
+    (``norm_first=True``: ``x = x + sublayer(norm_i(x))`` for each.) Matches
+    ``torch.nn.TransformerDecoderLayer(E, nhead, ...)``; the arguments are
+    ``TransformerEncoderLayer``'s. ``init(key, tgt.shape)``; ``memory`` must have the
+    same width ``E`` and batch.
+
+    ``apply(params, tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None, tgt_is_causal=False,
+    memory_is_causal=False)``: masks as torch reads them, ``tgt_mask`` ``(T, T)``,
+    ``memory_mask`` ``(T, S)``; the ``*_is_causal`` hints as in
+    ``TransformerEncoderLayer``.
+
+    Shape:
+      ``tgt`` ``(T, N, E)`` (``(N, T, E)`` with ``batch_first``, or ``(T, E)``),
+      ``memory`` ``(S, N, E)`` likewise; output like ``tgt``.
+
+    Parameters:
+      ``self_attn.*``, ``multihead_attn.*`` (``InProjAttention``), ``linear1.*``,
+      ``linear2.*``, ``norm1.*``, ``norm2.*``, ``norm3.*``.
+
+    Example:
+      >>> layer = TransformerDecoderLayer(2, dim_feedforward=16)
+      >>> params = layer.init(jax.random.key(0), (4, 3, 8))
+      >>> layer.apply(params, jnp.ones((4, 3, 8)), jnp.ones((6, 3, 8))).shape
+      (4, 3, 8)
+    """
+
+    attentions: ClassVar[tuple[str, ...]] = ("self_attn", "multihead_attn")
+
+    def apply(
+        self,
+        params: Params,
+        tgt: Any,
+        memory: Any,
+        tgt_mask: Any = None,
+        memory_mask: Any = None,
+        tgt_key_padding_mask: Any = None,
+        memory_key_padding_mask: Any = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        name = type(self).__name__
+        x = _tm.batch_first_layout(name, tgt, self.batch_first)
+        mem = _tm.batch_first_layout(name, memory, self.batch_first)
+        e = x.shape[-1]
+        if mem.ndim != x.ndim or mem.shape[-1] != e or (x.ndim == 3 and mem.shape[0] != x.shape[0]):
+            want = f"width {e}" + (f" and batch {x.shape[0]}" if x.ndim == 3 else "")
+            raise LayerError(
+                name,
+                f"memory (the encoder's output) must have tgt's rank, {want};",
+                None,
+                None,
+                f"tgt.shape == {tuple(jnp.shape(tgt))}, memory.shape == {tuple(jnp.shape(memory))}",
+            )
+        t, s = x.shape[-2], mem.shape[-2]
+        tm = _tm.torch_mask(
+            name, ("tgt_mask", "tgt_key_padding_mask", "tgt_is_causal"), x, t, self.nhead,
+            tgt_mask, tgt_key_padding_mask, tgt_is_causal,
+        )  # fmt: skip
+        mm = _tm.torch_mask(
+            name, ("memory_mask", "memory_key_padding_mask", "memory_is_causal"), x, s,
+            self.nhead, memory_mask, memory_key_padding_mask, memory_is_causal,
+        )  # fmt: skip
+        subs = (
+            lambda h: self._attend("self_attn", params, h, None, tm, key, train, 0),
+            lambda h: self._attend("multihead_attn", params, h, mem, mm, key, train, 1),
+            lambda h: self._ff(params, h, key, train),
+        )
+        return _tm.restore_layout(self._run(params, x, subs), self.batch_first)
+
+
+# -- the stacks --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stack(Layer):
+    """``num_layers`` copies of ``layer`` (``layers.0``, ...), then ``norm``."""
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    def _check(self, layer: Any, kind: type, arg: str) -> None:
+        name = type(self).__name__
+        if not isinstance(layer, Layer):
+            raise config_error(name, arg, f"a Layer (a {kind.__name__})", layer)
+        check_int(name, "num_layers", self.num_layers, minimum=0)
+        if self.norm is not None and not isinstance(self.norm, Layer):
+            raise config_error(name, "norm", "a Layer or None", self.norm)
+
+    _field: ClassVar[str] = "encoder_layer"
+
+    def _layer(self) -> Layer:
+        return getattr(self, self._field)
+
+    def children(self) -> dict[str, Layer]:
+        out: dict[str, Layer] = {"layers": Sequential(*[self._layer()] * self.num_layers)}
+        return out if self.norm is None else {**out, "norm": self.norm}
+
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        # torch deep-copies one layer: every copy starts with the same weights
+        one = self._layer().init(jax.random.fold_in(key, 0), shape, dtype)
+        params: Params = {"layers": {str(i): one for i in range(self.num_layers)}}
+        if self.norm is not None:
+            params["norm"] = self.norm.init(jax.random.fold_in(key, 1), shape, dtype)
+        return params
+
+    def _stacked(self, params, x, args, key, train):
+        layers = params.get("layers", {})
+        for i in range(self.num_layers):
+            k = None if key is None else jax.random.fold_in(key, i)
+            x = apply_child(
+                self, f"layers.{i}", self._layer(), layers.get(str(i), {}), x, *args,
+                key=k, train=train,
+            )  # fmt: skip
+        return x if self.norm is None else self.call("norm", params, x)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerEncoder(_Stack):
+    r"""``num_layers`` copies of ``encoder_layer`` applied in turn, then ``norm``.
+    Matches ``torch.nn.TransformerEncoder(encoder_layer, num_layers, norm)``.
+
+    As torch deep-copies ``encoder_layer``, every copy is initialized with the same
+    weights. ``apply(params, src, mask=None, src_key_padding_mask=None,
+    is_causal=None)`` passes the masks to every layer; ``is_causal=None`` (torch detects
+    a causal ``mask``, which changes no result) is ``False``. Padded positions are
+    computed as on torch's regular path (torch's nested-tensor fast path, in eval mode
+    without gradients, returns zeros there).
+
+    Args:
+      encoder_layer: the layer to repeat (a ``TransformerEncoderLayer``).
+      num_layers: how many copies. Default: required.
+      norm: applied to the output, or ``None``. Default ``None``.
+
+    Shape: as ``encoder_layer``'s. Parameters: ``layers.0.*``, ``layers.1.*``, ... (each
+    the layer's), then ``norm.*``.
+
+    Example:
+      >>> enc = TransformerEncoder(TransformerEncoderLayer(2, 16), 2, norm=L.LayerNorm())
+      >>> list(pl.params.flatten(enc.init(jax.random.key(0), (5, 3, 8))))[-2:]
+      ['norm.weight', 'norm.bias']
+    """
+
+    encoder_layer: Layer
+    num_layers: int
+    norm: Layer | None = None
+
+    def __post_init__(self):
+        self._check(self.encoder_layer, TransformerEncoderLayer, "encoder_layer")
+
+    def apply(
+        self,
+        params: Params,
+        src: Any,
+        mask: Any = None,
+        src_key_padding_mask: Any = None,
+        is_causal: bool | None = None,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        args = (mask, src_key_padding_mask, bool(is_causal))
+        return self._stacked(params, src, args, key, train)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerDecoder(_Stack):
+    r"""``num_layers`` copies of ``decoder_layer`` applied in turn (each attending to
+    ``memory``), then ``norm``. Matches ``torch.nn.TransformerDecoder(decoder_layer,
+    num_layers, norm)``; every copy starts with the same weights, as torch's deep copies.
+
+    ``apply(params, tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None, tgt_is_causal=None,
+    memory_is_causal=False)``: passed to every layer (``tgt_is_causal=None`` is
+    ``False``: torch's detection changes no result). ``init(key, tgt.shape)``.
+
+    Args, shape and parameters: as ``TransformerEncoder``'s, with ``decoder_layer`` (a
+    ``TransformerDecoderLayer``).
+
+    Example:
+      >>> dec = TransformerDecoder(TransformerDecoderLayer(2, 16), 1)
+      >>> params = dec.init(jax.random.key(0), (4, 3, 8))
+      >>> dec.apply(params, jnp.ones((4, 3, 8)), jnp.ones((6, 3, 8))).shape
+      (4, 3, 8)
+    """
+
+    decoder_layer: Layer
+    num_layers: int
+    norm: Layer | None = None
+
+    def __post_init__(self):
+        self._check(self.decoder_layer, TransformerDecoderLayer, "decoder_layer")
+
+    _field: ClassVar[str] = "decoder_layer"
+
+    def apply(
+        self,
+        params: Params,
+        tgt: Any,
+        memory: Any,
+        tgt_mask: Any = None,
+        memory_mask: Any = None,
+        tgt_key_padding_mask: Any = None,
+        memory_key_padding_mask: Any = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        args = (
+            memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+            bool(tgt_is_causal), memory_is_causal,
+        )  # fmt: skip
+        return self._stacked(params, tgt, args, key, train)
+
+
+def _pair_init(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """An ``init`` that checks its shape (one, or a pair) itself."""
+    fn.unchecked = fn  # type: ignore[attr-defined]
+    return fn
+
+
+@dataclasses.dataclass(frozen=True)
+class Transformer(Layer):
+    r"""torch's encoder-decoder transformer: ``encoder`` (a ``TransformerEncoder`` of
+    ``num_encoder_layers`` layers and a final ``LayerNorm``) reads ``src``; ``decoder``
+    (``num_decoder_layers`` decoder layers and a ``LayerNorm``) reads ``tgt`` and the
+    encoder's output. Matches ``torch.nn.Transformer(d_model=E, ...)``, ``E`` the
+    inputs' width; every weight of two or more axes is initialized xavier-uniform (and
+    the copies differ), as torch's ``_reset_parameters`` does.
+
+    Args:
+      nhead: attention heads. Default ``8``.
+      num_encoder_layers / num_decoder_layers: Default ``6`` each.
+      dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+      bias: as ``TransformerEncoderLayer``'s (defaults ``2048``, ``0.1``, ``"relu"``,
+      ``1e-5``, ``False``, ``False``, ``True``).
+      custom_encoder / custom_decoder: layers used instead (called as the stacks are).
+        Default ``None``.
+
+    ``init(key, src.shape)`` or ``init(key, (src.shape, tgt.shape))`` (widths must
+    agree). ``apply(params, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+    src_key_padding_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+    memory_is_causal=False)``: masks as torch reads them (module docstring).
+    ``Transformer.generate_square_subsequent_mask(sz)`` is torch's causal float mask.
+
+    Shape:
+      ``src`` ``(S, N, E)``, ``tgt`` ``(T, N, E)`` (batch first with ``batch_first``;
+      or unbatched); output like ``tgt``.
+
+    Parameters:
+      ``encoder.layers.{i}.*``, ``encoder.norm.*``, ``decoder.layers.{i}.*``,
+      ``decoder.norm.*``.
+
+    Example:
+      >>> Transformer.generate_square_subsequent_mask(3)
+      Array([[  0., -inf, -inf],
+             [  0.,   0., -inf],
+             [  0.,   0.,   0.]], dtype=float32)
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    nhead: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dim_feedforward: int = 2048
+    dropout: float = 0.1
+    activation: str | Layer | Callable[[Any], Any] = "relu"
+    custom_encoder: Layer | None = None
+    custom_decoder: Layer | None = None
+    layer_norm_eps: float = 1e-5
+    batch_first: bool = False
+    norm_first: bool = False
+    bias: bool = True
+
+    def __post_init__(self):
+        for arg in ("custom_encoder", "custom_decoder"):
+            if getattr(self, arg) is not None and not isinstance(getattr(self, arg), Layer):
+                raise config_error("Transformer", arg, "a Layer or None", getattr(self, arg))
+        try:
+            self.children()
+        except ValueError as e:
+            message = str(e).split(": ", 1)[1]
+            raise ValueError(f"Transformer: {message}") from None
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, dtype: Any = jnp.float32) -> jax.Array:
+        """``(sz, sz)``: ``-inf`` above the diagonal, ``0`` elsewhere (torch's)."""
+        check_int("Transformer.generate_square_subsequent_mask", "sz", sz, minimum=0)
+        return _tm.square_mask(sz, sz, dtype)
+
+    def children(self) -> dict[str, Layer]:
+        args = (self.nhead, self.dim_feedforward, self.dropout, self.activation)
+        kw = dict(layer_norm_eps=self.layer_norm_eps, batch_first=self.batch_first,
+                  norm_first=self.norm_first, bias=self.bias)  # fmt: skip
+        norm = LayerNorm(eps=self.layer_norm_eps, bias=self.bias)
+        encoder, decoder = self.custom_encoder, self.custom_decoder
+        if encoder is None:
+            layer = TransformerEncoderLayer(*args, **kw)
+            encoder = TransformerEncoder(layer, self.num_encoder_layers, norm)
+        if decoder is None:
+            layer = TransformerDecoderLayer(*args, **kw)
+            decoder = TransformerDecoder(layer, self.num_decoder_layers, norm)
+        return {"encoder": encoder, "decoder": decoder}
+
+    @_pair_init
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        pair = isinstance(shape, (tuple, list)) and len(shape) == 2
+        pair = pair and all(isinstance(s, (tuple, list)) or hasattr(s, "shape") for s in shape)
+        for s in shape if pair else (shape,):
+            check_shape("Transformer", s)
+        src, tgt = (as_shape(shape[0]), as_shape(shape[1])) if pair else (as_shape(shape),) * 2
+        if not src or not tgt or src[-1] != tgt[-1]:
+            raise LayerError("Transformer", "tgt width (d_model)", src[-1:], tgt[-1:])
+        kids = self.children()
+        params = {
+            "encoder": kids["encoder"].init(jax.random.fold_in(key, 0), src, dtype),
+            "decoder": kids["decoder"].init(jax.random.fold_in(key, 1), tgt, dtype),
+        }
+        flat, tree = jax.tree.flatten(params)
+        xavier = _init.xavier_uniform()
+        flat = [
+            xavier(jax.random.fold_in(key, 2 + i), a.shape, a.dtype) if a.ndim > 1 else a
+            for i, a in enumerate(flat)
+        ]
+        return jax.tree.unflatten(tree, flat)
+
+    def apply(
+        self,
+        params: Params,
+        src: Any,
+        tgt: Any,
+        src_mask: Any = None,
+        tgt_mask: Any = None,
+        memory_mask: Any = None,
+        src_key_padding_mask: Any = None,
+        tgt_key_padding_mask: Any = None,
+        memory_key_padding_mask: Any = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        src, tgt = jnp.asarray(src), jnp.asarray(tgt)
+        batch_axis = 0 if self.batch_first else 1
+        if (
+            src.ndim != tgt.ndim
+            or src.shape[-1:] != tgt.shape[-1:]
+            or (src.ndim == 3 and src.shape[batch_axis] != tgt.shape[batch_axis])
+        ):
+            raise LayerError(
+                "Transformer",
+                "src and tgt must agree in rank, batch and width (d_model);",
+                None,
+                None,
+                f"src.shape == {src.shape}, tgt.shape == {tgt.shape}",
+            )
+        k = (
+            (None, None)
+            if key is None
+            else (jax.random.fold_in(key, 0), jax.random.fold_in(key, 1))
+        )
+        memory = self.call(
+            "encoder", params, src, src_mask, src_key_padding_mask, src_is_causal,
+            key=k[0], train=train,
+        )  # fmt: skip
+        return self.call(
+            "decoder", params, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+            memory_key_padding_mask, tgt_is_causal, memory_is_causal, key=k[1], train=train,
+        )  # fmt: skip

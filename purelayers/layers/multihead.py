@@ -13,8 +13,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.init import Initializer, xavier_uniform, zeros
-from purelayers.layers._checks import LayerError, as_shape, check_float, config_error
+from purelayers.init import Initializer, xavier_normal, xavier_uniform, zeros
+from purelayers.layers._checks import LayerError, as_shape, check_float, check_int, config_error
+from purelayers.layers._mha_options import append_kv, attend_with_weights
 from purelayers.layers.attention import AttentionCore, RotaryEmbedding, _need_even
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import Linear, linear
@@ -22,16 +23,19 @@ from purelayers.layers.linear import Linear, linear
 __all__ = ["Attention", "InProjAttention", "MultiHeadAttention"]
 
 
-def _batched(layer: str, x: Any, context: Any, mask: Any, run) -> Any:
+def _batched(layer: str, x: Any, context: Any, mask: Any, run, *, all_batched=False) -> Any:
     """Run ``run(x, context, mask)`` on a batch; an unbatched ``(seq, E)`` input gets a
-    batch axis of one and loses it again (the cache keeps its batch axis)."""
+    batch axis of one and loses it again (the cache keeps its batch axis; with
+    ``all_batched`` every output loses it). ``context`` may be a tuple of inputs."""
     x = jnp.asarray(x)
     if x.ndim not in (2, 3):
         raise LayerError(layer, "input rank", "2 or 3 ((seq, E) or (batch, seq, E))", x.ndim)
     if x.ndim == 3:
         return run(x, context, mask)
-    c = None if context is None else jnp.asarray(context)[None]
+    c = None if context is None else jax.tree.map(lambda a: jnp.asarray(a)[None], context)
     res = run(x[None], c, mask)
+    if all_batched:
+        return jax.tree.map(lambda a: a[0], res)
     return (res[0][0], res[1]) if isinstance(res, tuple) else res[0]
 
 
@@ -283,14 +287,69 @@ class InProjAttention(_Packed):
     arguments, masks, cross-attention with ``context=``, cache, grouped-query heads with
     ``(H + 2K) * head_dim`` rows).
 
+    torch's options (keyword arguments, torch's defaults):
+
+    - ``kdim`` / ``vdim``: the key and value inputs' widths. Default ``None``: ``E``. As
+      in torch, they fix the layout, so they are settings rather than read from a
+      shape: where either differs from ``E`` the projections are separate,
+      ``q_proj_weight`` ``(E, E)``, ``k_proj_weight`` ``(E, kdim)``, ``v_proj_weight``
+      ``(E, vdim)`` (xavier-uniform each; ``in_proj_bias`` stays packed), and ``init``
+      still takes the query's shape. Keys come from ``context=`` (width ``kdim``),
+      values from ``value=`` (width ``vdim``; default: ``context``).
+    - ``add_bias_kv``: learn ``bias_k`` and ``bias_v``, ``(1, 1, E)`` (xavier-normal),
+      appended to the projected keys and values as one more key. Default ``False``.
+    - ``add_zero_attn``: append a key and a value of zeros (after ``bias_k``). Default
+      ``False``. Each appended key is visible to every query (masks are extended so).
+
+    ``apply(..., need_weights=True)`` returns ``(y, weights)`` as torch does (here the
+    default is ``False``, which returns ``y`` alone): the attention probabilities after
+    dropout, ``(batch, q_len, kv_len)`` averaged over heads with
+    ``average_attn_weights=True`` (default), ``(batch, H, q_len, kv_len)`` per head
+    otherwise (without the batch axis for an unbatched input). A query row that may
+    attend nothing has zero weights (torch: NaN) and a zero output.
+
+    Masks are ``AttentionCore``'s (boolean ``True`` where a query *may* attend, the
+    opposite of torch's boolean ``attn_mask``; floating point added to the scores).
+
     Parameters:
-      ``in_proj_weight``: ``((H + 2K) * head_dim, E)``, xavier-uniform.
-      ``in_proj_bias``: zeros. ``out_proj.weight``: ``(E, E)``, torch's ``Linear`` init;
-      ``out_proj.bias``: zeros.
+      ``in_proj_weight``: ``((H + 2K) * head_dim, E)``, xavier-uniform (or the three
+      separate weights above). ``in_proj_bias``: zeros. ``bias_k``, ``bias_v``:
+      ``(1, 1, K * head_dim)``. ``out_proj.weight``: ``(E, E)``, torch's ``Linear``
+      init; ``out_proj.bias``: zeros.
+
+    Example:
+      >>> mha = InProjAttention(2, kdim=3, add_bias_kv=True)
+      >>> list(pl.params.flatten(mha.init(jax.random.key(0), (1, 5, 4))))
+      ['q_proj_weight', 'k_proj_weight', 'v_proj_weight', 'in_proj_bias', 'bias_k', 'bias_v', 'out_proj.weight', 'out_proj.bias']
     """
 
+    _kw: dataclasses.KW_ONLY
+    kdim: int | None = None
+    vdim: int | None = None
+    add_bias_kv: bool = False
+    add_zero_attn: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        for arg in ("kdim", "vdim"):
+            if getattr(self, arg) is not None:
+                check_int("InProjAttention", arg, getattr(self, arg))
+        if (self.add_bias_kv or self.add_zero_attn) and (self.rope or self.causal):
+            raise ValueError(
+                "InProjAttention: add_bias_kv and add_zero_attn append keys, which works "
+                f"without rope and causal, got rope={self.rope!r}, causal={self.causal!r} "
+                "(pass a causal mask= instead, as torch does)"
+            )
+
+    def _separate(self, embed_dim: int) -> bool:
+        return self.kdim not in (None, embed_dim) or self.vdim not in (None, embed_dim)
+
     def own_names(self) -> tuple[str, ...]:
-        return ("in_proj_weight", "in_proj_bias") if self.bias else ("in_proj_weight",)
+        names = ["in_proj_weight"]
+        if self.kdim is not None or self.vdim is not None:
+            names += ["q_proj_weight", "k_proj_weight", "v_proj_weight"]
+        names += ["in_proj_bias"] if self.bias else []
+        return (*names, *(("bias_k", "bias_v") if self.add_bias_kv else ()))
 
     def _out(self, embed_dim: int) -> Linear:
         return Linear(max(embed_dim, 1), bias=self.bias, bias_init=self.bias_init or zeros())
@@ -301,11 +360,25 @@ class InProjAttention(_Packed):
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         e = self._embed_dim(shape)
         rows = self._rows(e)
-        w = (self.weight_init or xavier_uniform())(jax.random.fold_in(key, 0), (rows, e), dtype)
-        params: Params = {"in_proj_weight": w}
+        w_init = self.weight_init or xavier_uniform()
+        if self._separate(e):
+            nq = self.num_heads * self.head_dim(e)
+            nk = (rows - nq) // 2
+            kdim, vdim = self.kdim or e, self.vdim or e
+            params: Params = {
+                "q_proj_weight": w_init(jax.random.fold_in(key, 0), (nq, e), dtype),
+                "k_proj_weight": w_init(jax.random.fold_in(key, 3), (nk, kdim), dtype),
+                "v_proj_weight": w_init(jax.random.fold_in(key, 4), (nk, vdim), dtype),
+            }
+        else:
+            params = {"in_proj_weight": w_init(jax.random.fold_in(key, 0), (rows, e), dtype)}
         if self.bias:
             b_init = self.bias_init or zeros()
             params["in_proj_bias"] = b_init(jax.random.fold_in(key, 1), (rows,), dtype)
+        if self.add_bias_kv:
+            kv = (1, 1, self.kv_heads * self.head_dim(e))
+            params["bias_k"] = xavier_normal()(jax.random.fold_in(key, 5), kv, dtype)
+            params["bias_v"] = xavier_normal()(jax.random.fold_in(key, 6), kv, dtype)
         feats = (*as_shape(shape)[:-1], e)
         params["out_proj"] = self._out(e).init(jax.random.fold_in(key, 2), feats, dtype)
         return params
@@ -317,6 +390,77 @@ class InProjAttention(_Packed):
         if rows is not None:
             p = {k: v[rows] for k, v in p.items()}
         return linear(p, x, layer=f"{type(self).__name__}[in_proj]")
+
+    def _project(self, params: Params, x: jax.Array, part: int, e: int) -> jax.Array:
+        """Part ``part`` (0 q, 1 k, 2 v) of the input projection of ``x`` (queries of
+        width ``e``)."""
+        hd = self.head_dim(e)
+        nq, nk = self.num_heads * hd, self.kv_heads * hd
+        rows = (slice(0, nq), slice(nq, nq + nk), slice(nq + nk, None))[part]
+        if not self._separate(e):
+            return self._project_in(params, x, rows)
+        name = ("q_proj_weight", "k_proj_weight", "v_proj_weight")[part]
+        p = {"weight": params[name]}
+        if "in_proj_bias" in params:
+            p["bias"] = params["in_proj_bias"][rows]
+        return linear(p, x, layer=f"{type(self).__name__}[{name}]")
+
+    def apply(
+        self,
+        params: Params,
+        x: Any,
+        *,
+        mask: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+        cache: dict[str, jax.Array] | None = None,
+        context: Any = None,
+        value: Any = None,
+        positions: Any = None,
+        need_weights: bool = False,
+        average_attn_weights: bool = True,
+    ):
+        """``y`` for queries ``x`` (keys and values from ``x``, or from ``context`` and
+        ``value``); ``(y, weights)`` with ``need_weights``; ``(y, new_cache)`` with
+        ``cache``."""
+        name = type(self).__name__
+        appends = self.add_bias_kv or self.add_zero_attn
+        if cache is not None and (need_weights or appends):
+            raise LayerError(
+                name, "cache= works without need_weights, add_bias_kv and add_zero_attn", None, None
+            )
+        if value is not None and context is None:
+            raise LayerError(name, "value= needs context= (the keys' input) too", None, None)
+        inputs = None if context is None else (context, context if value is None else value)
+
+        def run(x, inputs, mask):
+            if inputs is not None:
+                _no_context(name, self.core, cache)
+            e = x.shape[-1]
+            if inputs is None and not self._separate(e):  # one matmul, as before
+                q, k, v = self._qkv(params, x, None, cache)
+            else:
+                kin, vin = (x, x) if inputs is None else inputs
+                q = self._project(params, x, 0, e)
+                k, v = self._project(params, kin, 1, e), self._project(params, vin, 2, e)
+            k, v, mask = append_kv(self, params, k, v, mask)
+            if need_weights:
+                out, weights = attend_with_weights(
+                    self.core, q, k, v, mask, positions, key, train, name
+                )
+                if average_attn_weights:
+                    weights = jnp.mean(weights, axis=1)
+                return self._project_out(params, out), weights
+            out = self.core.attend(
+                q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
+                layer=name,
+            )  # fmt: skip
+            if cache is not None:
+                out, new_cache = out
+                return self._project_out(params, out), new_cache
+            return self._project_out(params, out)
+
+        return _batched(name, x, inputs, mask, run, all_batched=need_weights)
 
     def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
         return self.call("out_proj", params, y)
