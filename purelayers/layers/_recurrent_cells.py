@@ -190,15 +190,20 @@ KINDS = {
 }
 
 
-def param_shapes(kind: Kind, input_size: int, hidden: int, bias: bool) -> dict[str, tuple]:
-    """Parameter names and shapes of one cell, in torch's order (weights, then biases)."""
+def param_shapes(
+    kind: Kind, input_size: int, hidden: int, bias: bool, proj: int = 0
+) -> dict[str, tuple]:
+    """Parameter names and shapes of one cell, in torch's order (weights, then biases,
+    then an LSTM's projection ``weight_hr`` ``(proj, hidden)`` when ``proj``)."""
     g = kind.gates * hidden
     rows = {"weight_hh": g, "weight_hh_rz": 2 * hidden, "weight_hh_n": hidden}
     rows.update(bias_ih=g, bias_hh=g, bias_hh_rz=2 * hidden, bias_hh_n=hidden)
     shapes = {"weight_ih": (g, input_size)}
-    shapes.update({n: (rows[n], hidden) for n in kind.recurrent})
+    shapes.update({n: (rows[n], proj or hidden) for n in kind.recurrent})
     if bias:
         shapes.update({n: (rows[n],) for n in kind.biases})
+    if proj:
+        shapes["weight_hr"] = (proj, hidden)
     return shapes
 
 
@@ -212,7 +217,7 @@ def init_cell(
     default = uniform(-bound, bound)
     forget_bias = getattr(layer, "forget_bias", None)
     params = {}
-    shapes = param_shapes(kind, input_size, hidden, layer.bias)
+    shapes = param_shapes(kind, input_size, hidden, layer.bias, getattr(layer, "proj_size", 0))
     for i, (name, shape) in enumerate(shapes.items()):
         is_bias = name.startswith("bias")
         init = (layer.bias_init if is_bias else layer.weight_init) or default
@@ -258,6 +263,15 @@ def make_step(kind: Kind):
         return kind.cell(gi, add(hmm(state[0], w_hh), b_hh), state)
 
     return step
+
+
+def projected_step(kind: Kind, gi: jax.Array, state: tuple, recurrent: tuple) -> tuple:
+    """An LSTM step with torch's projection: the cell's ``h`` (width ``H``) times
+    ``weight_hr.T`` is the new ``h`` (width ``P``); ``c`` keeps width ``H``."""
+    w_hh, b_hh, w_hr = recurrent
+    (_, c), h = kind.cell(gi, add(hmm(state[0], w_hh), b_hh), state)
+    h = hmm(h, w_hr)
+    return (h, c), h
 
 
 # -- the cells ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -10,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from purelayers.init import Initializer, normal
-from purelayers.layers._checks import LayerError, check_int, config_error
+from purelayers.layers._checks import LayerError, check_float, check_int, config_error
 from purelayers.layers.core import Layer, Params
+from purelayers.layers.distance import _pnorm
 
 __all__ = ["Embedding"]
 
@@ -24,6 +26,18 @@ class Embedding(Layer):
     with it infers shapes from integer ids). Repeated ids accumulate gradient into their
     row. The row ``padding_idx``, if given, starts at zero and never receives gradient
     (its value is still looked up as it is), as in torch.
+
+    ``max_norm``: torch rescales, in place, every looked-up row whose ``norm_type``-norm
+    exceeds ``max_norm`` to norm ``max_norm`` (``row * max_norm / (norm + 1e-7)``),
+    outside autograd. A pure function cannot change its params, so here the looked-up
+    rows are rescaled in the output and ``params["weight"]`` is left as it was. The
+    outputs and gradients of a call equal torch's (the gradient is that of a plain
+    lookup, as torch's is, the rescaling being outside autograd), but torch's weight
+    also keeps the rescaled rows for later calls: to do the same, carry on with
+    ``params = emb.renorm(params, ids)``, the params torch's in-place rescaling leaves.
+
+    ``scale_grad_by_freq``: each row's gradient is divided by how often its id occurs in
+    ``ids``, as torch's. Only the derivative changes, forward and reverse mode alike.
 
     Out-of-range ids (negative ones included; there is no wrap-around) are errors:
 
@@ -44,6 +58,12 @@ class Embedding(Layer):
       padding_idx: a row kept at zero with zero gradient, in ``[-num_embeddings,
         num_embeddings)``; negative values count from the end (``-1`` is the last row)
         and are stored normalized, as torch does. Default None.
+      max_norm: rescale looked-up rows whose norm exceeds it (see above); ``>= 0``.
+        Default None.
+      norm_type: the order ``p`` of ``max_norm``'s norm (``inf`` allowed). Default
+        ``2.0``.
+      scale_grad_by_freq: divide each row's gradient by its id's count in ``ids``.
+        Default ``False``.
       weight_init: initializer for ``weight``. Default ``normal(std=1)``, as torch; the
         ``padding_idx`` row is zeroed after it either way.
 
@@ -65,17 +85,13 @@ class Embedding(Layer):
     embedding_dim: int
     _: dataclasses.KW_ONLY
     padding_idx: int | None = None
+    max_norm: float | None = None
+    norm_type: float = 2.0
+    scale_grad_by_freq: bool = False
     weight_init: Initializer | None = None
 
     def __post_init__(self):
-        check_int("Embedding", "num_embeddings", self.num_embeddings)
-        check_int("Embedding", "embedding_dim", self.embedding_dim)
-        p, n = self.padding_idx, self.num_embeddings
-        if p is None:
-            return
-        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not -n <= p < n:
-            raise config_error("Embedding", "padding_idx", f"in [-{n}, {n})", p)
-        object.__setattr__(self, "padding_idx", int(p) % n)
+        check_table(self)
 
     @property
     def takes_ids(self) -> bool:
@@ -95,48 +111,130 @@ class Embedding(Layer):
         return {"weight": table}
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        weight = params["weight"]
-        table = (self.num_embeddings, self.embedding_dim)
-        if tuple(weight.shape) != table:
-            raise LayerError(
-                "Embedding",
-                "weight shape",
-                table,
-                tuple(weight.shape),
-                "the table does not match num_embeddings and embedding_dim",
-            )
-        concrete = not isinstance(x, jax.core.Tracer)
-        ids = np.asarray(x) if concrete else x
-        if not jnp.issubdtype(ids.dtype, jnp.integer):
-            raise LayerError(
-                "Embedding",
-                "ids dtype",
-                "an integer dtype",
-                ids.dtype,
-                "Embedding looks up rows by integer id; cast with ids.astype(jnp.int32)",
-            )
-        if concrete:
-            self._check_range(ids)
-        ids = jnp.asarray(ids)
-        y = _gather_rows(weight, ids)
-        if self.padding_idx is not None:
-            # torch gives the padding row no gradient; its value is still returned.
-            pad = (ids == self.padding_idx)[..., None]
-            y = jnp.where(pad, jax.lax.stop_gradient(y), y)
-        return y
+        weight, ids = table_and_ids(self, params, x)
+        return lookup(self, weight, ids)
 
-    def _check_range(self, ids: np.ndarray) -> None:
-        bad = np.argwhere((ids < 0) | (ids >= self.num_embeddings))
-        if bad.size:
-            where = tuple(int(i) for i in bad[0])
-            n = self.num_embeddings
-            raise LayerError(
-                "Embedding",
-                f"id {int(ids[where])} at index {where} is out of range for a table of {n} "
-                f"embeddings (ids must be in [0, {n}))",
-                None,
-                None,
-            )
+    def renorm(self, params: Params, ids: Any) -> Params:
+        """``params`` as torch's ``max_norm`` leaves its weight after a call on ``ids``
+        (rows of the ids present rescaled in place there); unchanged without
+        ``max_norm``. ``apply`` never changes its params: use this to keep torch's
+        running renormalization across calls."""
+        return renormed(self, params, ids)
+
+
+def table_and_ids(layer: Any, params: Params, x: Any) -> tuple[jax.Array, jax.Array]:
+    """The checked table and ids: the table's shape, the ids' integer dtype, and (for
+    concrete ids) their range."""
+    name = type(layer).__name__
+    weight = params["weight"]
+    table = (layer.num_embeddings, layer.embedding_dim)
+    if tuple(weight.shape) != table:
+        raise LayerError(
+            name,
+            "weight shape",
+            table,
+            tuple(weight.shape),
+            "the table does not match num_embeddings and embedding_dim",
+        )
+    concrete = not isinstance(x, jax.core.Tracer)
+    ids = np.asarray(x) if concrete else x
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise LayerError(
+            name,
+            "ids dtype",
+            "an integer dtype",
+            ids.dtype,
+            f"{name} looks up rows by integer id; cast with ids.astype(jnp.int32)",
+        )
+    if concrete:
+        check_range(name, ids, layer.num_embeddings)
+    return weight, jnp.asarray(ids)
+
+
+def check_range(layer: str, ids: np.ndarray, n: int) -> None:
+    """Concrete ids must be in ``[0, n)``: else a ``LayerError`` naming the first bad
+    one and where it sits."""
+    bad = np.argwhere((ids < 0) | (ids >= n))
+    if bad.size:
+        where = tuple(int(i) for i in bad[0])
+        raise LayerError(
+            layer,
+            f"id {int(ids[where])} at index {where} is out of range for a table of {n} "
+            f"embeddings (ids must be in [0, {n}))",
+            None,
+            None,
+        )
+
+
+def check_table(layer: Any) -> None:
+    """The constructor checks ``Embedding`` and ``EmbeddingBag`` share; normalizes a
+    negative ``padding_idx`` as torch does."""
+    name = type(layer).__name__
+    check_int(name, "num_embeddings", layer.num_embeddings)
+    check_int(name, "embedding_dim", layer.embedding_dim)
+    if layer.max_norm is not None:
+        check_float(name, "max_norm", layer.max_norm, low=0.0)
+    q = layer.norm_type
+    if (
+        isinstance(q, bool)
+        or not isinstance(q, (int, float, np.integer, np.floating))
+        or (math.isnan(q))
+    ):
+        raise config_error(name, "norm_type", "a real number or +-inf", q)
+    if not isinstance(layer.scale_grad_by_freq, bool):
+        raise config_error(name, "scale_grad_by_freq", "True or False", layer.scale_grad_by_freq)
+    p, n = layer.padding_idx, layer.num_embeddings
+    if p is None:
+        return
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or not -n <= p < n:
+        raise config_error(name, "padding_idx", f"in [-{n}, {n})", p)
+    object.__setattr__(layer, "padding_idx", int(p) % n)
+
+
+def renorm_scale(layer: Any, rows: jax.Array) -> jax.Array:
+    """torch's ``embedding_renorm_`` factor for each looked-up row (``(...)``: 1 where
+    its norm is within ``max_norm``), without derivative."""
+    rows = jax.lax.stop_gradient(rows)
+    norm = _pnorm(rows.astype(jnp.promote_types(rows.dtype, jnp.float32)), float(layer.norm_type))
+    scale = jnp.where(norm > layer.max_norm, layer.max_norm / (norm + 1e-7), 1.0)
+    return scale.astype(rows.dtype)
+
+
+def renormed(layer: Any, params: Params, ids: Any) -> Params:
+    """``params`` with the table as torch's in-place ``max_norm`` leaves it after a call
+    on ``ids``: the rows of the ids present rescaled, the others unchanged."""
+    weight = params["weight"]
+    if layer.max_norm is None:
+        return dict(params)
+    ids = jnp.asarray(ids).reshape(-1)
+    rows = _gather_rows(weight, ids)
+    rows = rows * renorm_scale(layer, rows)[:, None]
+    return {**params, "weight": weight.at[ids].set(rows, mode="drop")}
+
+
+def id_counts(ids: jax.Array, rows: int) -> jax.Array:
+    """How often each position's id occurs in ``ids`` (same shape; 1 where out of range)."""
+    flat = ids.reshape(-1)
+    counts = jnp.zeros((rows,), jnp.int32).at[flat].add(1, mode="drop")
+    return jnp.take(counts, ids, mode="fill", fill_value=1)
+
+
+def lookup(layer: Any, weight: jax.Array, ids: jax.Array) -> jax.Array:
+    """``weight[ids]`` with torch's ``max_norm``, ``scale_grad_by_freq`` and
+    ``padding_idx`` (the padding row gets no gradient; its value is still returned)."""
+    y = _gather_rows(weight, ids)
+    if layer.max_norm is not None:
+        # the value of the rescaled row, the derivative of the plain lookup (torch
+        # rescales outside autograd)
+        y = y + jax.lax.stop_gradient(y * renorm_scale(layer, y)[..., None] - y)
+    if layer.scale_grad_by_freq:
+        frozen = jax.lax.stop_gradient(y)
+        inverse = (1.0 / id_counts(ids, weight.shape[0])).astype(y.dtype)[..., None]
+        y = frozen + (y - frozen) * inverse
+    if layer.padding_idx is not None:
+        pad = (ids == layer.padding_idx)[..., None]
+        y = jnp.where(pad, jax.lax.stop_gradient(y), y)
+    return y
 
 
 def _gather_rows(weight: jax.Array, ids: jax.Array) -> jax.Array:

@@ -66,6 +66,7 @@ from purelayers.layers._recurrent_cells import (
     need_input_size,
     need_state_shape,
     param_shapes,
+    projected_step,
     split_params,
 )
 from purelayers.layers.core import Layer, Params
@@ -97,13 +98,20 @@ def _run_layer(
     *,
     unroll: int,
     custom_derivative: bool,
+    proj: bool = False,
 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """One layer, all directions. ``x`` ``(T, B, I)``; ``state0`` each ``(D, B, H)``.
-    Returns output ``(T, B, D * H)`` and final states each ``(D, B, H)``. ``unroll`` and
-    ``custom_derivative`` are the layer's arguments of those names."""
+    """One layer, all directions. ``x`` ``(T, B, I)``; ``state0`` each ``(D, B, H)``
+    (``h`` ``(D, B, P)`` with an LSTM's projection). Returns output ``(T, B, D * H)``
+    (``D * P``) and final states like ``state0``. ``unroll`` and ``custom_derivative``
+    are the layer's arguments of those names; ``proj``: the LSTM has ``weight_hr``."""
     steps, batch, _ = x.shape
     dtype = x.dtype
     parts = [split_params(kind, params, _suffix(layer_index, d), dtype) for d in range(directions)]
+    if proj:  # the projection joins the recurrent arrays: (w_hh, b_hh, w_hr)
+        parts = [
+            (w, b, (*r, params["weight_hr" + _suffix(layer_index, d)].astype(dtype)))
+            for d, (w, b, r) in enumerate(parts)
+        ]
     w_ih = jnp.concatenate([p[0] for p in parts], axis=0)  # (D * G, I)
     gi = hmm(x, w_ih)  # every step, every direction: one product
     if parts[0][1] is not None:
@@ -123,7 +131,16 @@ def _run_layer(
         state = state0
 
     unroll = min(unroll, max(steps, 1))
-    if kind.linearized is not None and custom_derivative:
+    if proj:
+        final, ys, _ = _scan(
+            lambda g, st, r: (*projected_step(kind, g, st, r), None),
+            unroll,
+            gi,
+            state,
+            recurrent,
+            lengths,
+        )
+    elif kind.linearized is not None and custom_derivative:
         w_hh, b_hh = recurrent
         final, ys = _recurrence(kind, unroll, gi, state, w_hh, b_hh, lengths)
     else:
@@ -263,9 +280,18 @@ class _Recurrent(Layer):
                 stacklevel=3,
             )
 
+    @property
+    def _proj(self) -> int:
+        return getattr(self, "proj_size", 0)
+
+    @property
+    def _out_size(self) -> int:
+        """The width of ``h``: ``proj_size`` where an LSTM projects, else ``hidden_size``."""
+        return self._proj or self.hidden_size
+
     def own_names(self) -> tuple[str, ...]:
         """Checkpoint names in torch's ``state_dict`` order (``weight_ih_l0``, ...)."""
-        base = list(param_shapes(self.kind, 1, 1, self.bias))
+        base = list(param_shapes(self.kind, 1, 2, self.bias, min(self._proj, 1)))
         return tuple(
             n + _suffix(layer, d)
             for layer in range(self.num_layers)
@@ -294,7 +320,7 @@ class _Recurrent(Layer):
                         self, self.kind, jax.random.fold_in(key, i), width, dtype, _suffix(layer, d)
                     )
                 )
-            width = self.hidden_size * self.directions
+            width = self._out_size * self.directions
         return params
 
     @property
@@ -355,6 +381,7 @@ class _Recurrent(Layer):
                 lengths,
                 unroll=self.unroll,
                 custom_derivative=self.custom_derivative,
+                proj=self._proj > 0,
             )
             finals.append(final)
         h_n = tuple(jnp.concatenate(parts, axis=0) for parts in zip(*finals, strict=True))
@@ -372,16 +399,16 @@ class _Recurrent(Layer):
 
     def _initial_state(self, hx: Any, batch: int, batched: bool, dtype: Any) -> tuple:
         name, n = type(self).__name__, self.kind.states
-        full = (self.num_layers * self.directions, batch, self.hidden_size)
+        lead = (self.num_layers * self.directions, batch)
+        widths = (self._out_size, self.hidden_size)[:n]  # h (P with a projection), c
         if hx is None:
-            return tuple(jnp.zeros(full, dtype) for _ in range(n))
+            return tuple(jnp.zeros((*lead, w), dtype) for w in widths)
         if n == 2 and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
             raise LayerError(name, "hx", "a pair (h_0, c_0)", type(hx).__name__)
         parts = (hx,) if n == 1 else tuple(hx)
-        shape = full if batched else (full[0], full[2])
         out = []
-        for what, h in zip(("h_0", "c_0")[:n], parts, strict=True):
-            need_state_shape(name, what, h, shape)
+        for what, h, w in zip(("h_0", "c_0")[:n], parts, widths, strict=True):
+            need_state_shape(name, what, h, (*lead, w) if batched else (lead[0], w))
             h = jnp.asarray(h, dtype)
             out.append(h if batched else h[:, None])
         return tuple(out)
@@ -416,7 +443,7 @@ class _Recurrent(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class LSTM(_Recurrent):
-    r"""A multi-layer LSTM over a sequence. Matches ``torch.nn.LSTM`` (without ``proj_size``).
+    r"""A multi-layer LSTM over a sequence. Matches ``torch.nn.LSTM``.
 
     Each layer and direction runs the ``LSTMCell`` recurrence (gate order input, forget,
     cell, output) over time. ``apply(params, x, hx=None, *, key=None, train=False,
@@ -433,10 +460,15 @@ class LSTM(_Recurrent):
         train mode (``key`` required). Default ``0.0``.
       bidirectional: add a reverse-time direction per layer (``D = 2``); the output is
         the two directions' states concatenated. Default ``False``.
+      proj_size: if ``P > 0``, each step's ``h`` is projected to width ``P``, as torch:
+        ``h_t = (o * tanh(c_t)) @ weight_hr.T``, which then feeds the recurrence
+        (``weight_hh`` is ``(4H, P)``), the output and the next layer, while ``c`` keeps
+        width ``H``. Must be smaller than ``hidden_size``. The derivative is then JAX's
+        own of the scan (``custom_derivative`` does not apply). Default ``0`` (none).
       forget_bias: if set, every forget-gate bias starts as in ``LSTMCell``. Default
         ``None``.
-      weight_init, bias_init: initializers overriding the default for all weights /
-        all biases.
+      weight_init, bias_init: initializers overriding the default for all weights
+        (``weight_hr`` included) / all biases.
       unroll: time steps per iteration of the ``lax.scan`` over time (capped at ``T``).
         Same results for any value. On CPU (LSTM, batch 32, input 64, hidden 256, seq
         100, forward and backward) unrolling 2 or 4 steps measured within noise of 1
@@ -451,9 +483,10 @@ class LSTM(_Recurrent):
     Shape:
       ``x``: ``(T, B, I)`` (``(B, T, I)`` with ``batch_first``) or unbatched ``(T, I)``.
       ``hx``: ``(h_0, c_0)``, each ``(num_layers * D, B, H)`` (unbatched
-      ``(num_layers * D, H)``); zeros when omitted. ``output``: ``(T, B, D * H)``
-      (batch-first or unbatched like ``x``); ``h_n``, ``c_n`` like ``h_0``, ordered
-      layer by layer, forward before reverse.
+      ``(num_layers * D, H)``; ``h_0`` has width ``P`` with ``proj_size``); zeros when
+      omitted. ``output``: ``(T, B, D * H)`` (``D * P`` with ``proj_size``; batch-first
+      or unbatched like ``x``); ``h_n``, ``c_n`` like ``h_0``, ``c_0``, ordered layer by
+      layer, forward before reverse.
 
     Padded batches: ``lengths`` ``(B,)`` integers (``()`` unbatched) gives each
     sequence's true length ``1 <= lengths[b] <= T``; steps past it leave the state
@@ -470,7 +503,9 @@ class LSTM(_Recurrent):
     Parameters (per layer ``l``, then the same with suffix ``_reverse`` when
     bidirectional): ``weight_ih_l{l}`` ``(4H, I)`` (``I = D * H`` for ``l > 0``),
     ``weight_hh_l{l}`` ``(4H, H)``, ``bias_ih_l{l}`` ``(4H,)``, ``bias_hh_l{l}``
-    ``(4H,)``; all ``U(-1/sqrt(H), 1/sqrt(H))``.
+    ``(4H,)``, then with ``proj_size`` ``weight_hr_l{l}`` ``(P, H)`` (and
+    ``weight_hh_l{l}`` ``(4H, P)``, ``I = D * P`` for ``l > 0``); all ``U(-1/sqrt(H),
+    1/sqrt(H))``.
 
     Example:
       >>> lstm = LSTM(8, num_layers=2)
@@ -487,11 +522,22 @@ class LSTM(_Recurrent):
     batch_first: bool = False
     dropout: float = 0.0
     bidirectional: bool = False
+    proj_size: int = 0
     forget_bias: float | None = None
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
     unroll: int = 1
     custom_derivative: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_int("LSTM", "proj_size", self.proj_size, minimum=0)
+        if self.proj_size >= self.hidden_size:
+            raise ValueError(
+                f"LSTM: proj_size must be smaller than hidden_size, got proj_size="
+                f"{self.proj_size!r} with hidden_size={self.hidden_size!r} (torch: proj_size "
+                "has to be smaller than hidden_size)"
+            )
 
     @property
     def kind(self) -> Kind:

@@ -209,3 +209,87 @@ def test_table_shape_must_match_configuration():
 def test_config_errors(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         L.Embedding(*args, **kwargs)
+
+
+# -- max_norm, norm_type, scale_grad_by_freq -------------------------------------------
+
+
+def _torch_lookup(torch, weight, ids, **kw):
+    w = torch.tensor(weight, requires_grad=True)
+    y = torch.nn.functional.embedding(torch.tensor(ids), w, **kw)
+    g = np.random.default_rng(3).standard_normal(tuple(y.shape)).astype(np.float32)
+    (y * torch.tensor(g)).sum().backward()
+    return y.detach().numpy(), g, w.grad.numpy(), w.detach().numpy()
+
+
+def _ours(emb, weight, ids, g):
+    def loss(w):
+        y = emb.apply({"weight": w}, ids)
+        return jnp.sum(y * g), y
+
+    dw, y = jax.jit(jax.grad(loss, has_aux=True))(jnp.asarray(weight))
+    return np.asarray(y), np.asarray(dw)
+
+
+def test_max_norm_worked_example():
+    """Row [3, 4] has 2-norm 5 > max_norm 1: it comes out as [3, 4] / (5 + 1e-7) =
+    [0.6, 0.8]; row [0.3, 0.4] (norm 0.5) is unchanged; with norm_type=1 the first has
+    norm 7: [3/7, 4/7]. The gradient is the plain lookup's (torch rescales outside
+    autograd): ones for each looked-up row, not 1/5. params are not changed;
+    ``renorm`` gives the table torch's in-place rescaling leaves."""
+    params = {"weight": jnp.array([[3.0, 4.0], [0.3, 0.4], [6.0, 8.0]])}
+    ids = jnp.array([0, 1])
+    emb = L.Embedding(3, 2, max_norm=1.0)
+    np.testing.assert_allclose(emb.apply(params, ids), [[0.6, 0.8], [0.3, 0.4]], rtol=1e-6)
+    l1 = L.Embedding(3, 2, max_norm=1.0, norm_type=1)
+    np.testing.assert_allclose(l1.apply(params, ids)[0], [3 / 7, 4 / 7], rtol=1e-6)
+    dw = jax.grad(lambda p: emb.apply(p, ids).sum())(params)["weight"]
+    np.testing.assert_allclose(dw, [[1, 1], [1, 1], [0, 0]])
+    renormed = emb.renorm(params, ids)["weight"]
+    np.testing.assert_allclose(renormed, [[0.6, 0.8], [0.3, 0.4], [6.0, 8.0]], rtol=1e-6)
+    assert L.Embedding(3, 2).renorm(params, ids) == params
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), 3.0])
+def test_max_norm_matches_torch(torch, norm_type):
+    """Outputs, gradients and the weight torch leaves (``renorm``), repeated ids and a
+    padding row included; rows on both sides of max_norm."""
+    weight = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+    weight[4] *= 0.1
+    ids = np.array([[1, 4, 1], [0, 5, 2]])
+    kw = dict(max_norm=0.8, norm_type=norm_type, padding_idx=2)
+    y_t, g, dw_t, w_t = _torch_lookup(torch, weight, ids, **kw)
+    emb = L.Embedding(6, 3, **kw)
+    y, dw = _ours(emb, weight, ids, g)
+    np.testing.assert_allclose(y, y_t, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dw, dw_t, rtol=1e-6)
+    np.testing.assert_allclose(emb.renorm({"weight": jnp.asarray(weight)}, ids)["weight"], w_t,
+                               rtol=1e-6)  # fmt: skip
+
+
+def test_scale_grad_by_freq_matches_torch(torch):
+    """ids [[1, 1, 2], [1, 3, 3]] (counts 3, 1, 2): each row's gradient is divided by its
+    count; with max_norm too; forward mode is the transpose of reverse mode."""
+    weight = np.random.default_rng(1).standard_normal((5, 2)).astype(np.float32)
+    ids = np.array([[1, 1, 2], [1, 3, 3]])
+    for kw in (dict(scale_grad_by_freq=True), dict(scale_grad_by_freq=True, max_norm=0.5)):
+        y_t, g, dw_t, _ = _torch_lookup(torch, weight, ids, **kw)
+        emb = L.Embedding(5, 2, **kw)
+        y, dw = _ours(emb, weight, ids, g)
+        np.testing.assert_allclose(y, y_t, rtol=1e-6)
+        np.testing.assert_allclose(dw, dw_t, rtol=1e-6)
+    ones = jax.grad(lambda w: emb.apply({"weight": w}, ids).sum())(jnp.ones((5, 2)))
+    np.testing.assert_allclose(ones[:, 0], [0, 1, 1, 1, 0])
+    t = np.random.default_rng(2).standard_normal(weight.shape).astype(np.float32)
+    _, jvp = jax.jvp(lambda w: emb.apply({"weight": w}, ids), (jnp.asarray(weight),), (t,))
+    np.testing.assert_allclose(np.sum(np.asarray(jvp) * g), np.sum(dw * t), rtol=1e-5)
+
+
+def test_new_options_keep_the_default_and_are_checked():
+    assert L.Embedding(4, 2) == L.Embedding(4, 2, max_norm=None, scale_grad_by_freq=False)
+    with pytest.raises(ValueError, match=r"Embedding: max_norm must be >= 0, got -1"):
+        L.Embedding(4, 2, max_norm=-1)
+    with pytest.raises(ValueError, match=r"Embedding: norm_type must be a real number or \+-inf"):
+        L.Embedding(4, 2, norm_type="l2")
+    with pytest.raises(ValueError, match=r"Embedding: scale_grad_by_freq must be True or False"):
+        L.Embedding(4, 2, scale_grad_by_freq="yes")

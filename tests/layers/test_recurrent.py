@@ -2,6 +2,7 @@
 gradcheck, padded batches vs packed sequences, Cho's GRU, compile behaviour, errors."""
 
 import itertools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -567,3 +568,71 @@ def test_property_forward_matches_torch(
     assert out.shape == (*shape[:2], d * hidden)
     for j in jax.tree.leaves(state):
         assert j.shape == (layers * d, batch, hidden)
+
+
+# -- LSTM projections (proj_size) ------------------------------------------------------
+
+P = 2
+PROJ = [  # (layers, bidirectional, batch_first, batched, given hx)
+    (2, True, False, True, True),
+    (2, False, True, True, False),
+    (1, True, False, False, True),
+]
+
+
+@pytest.mark.parametrize("flags", PROJ, ids=["l2-bi-hx", "l2-bf", "l1-bi-unbatched-hx"])
+def test_lstm_proj_torch_parity(torch, flags):
+    """torch's projected LSTM: h (width P) feeds the recurrence, the output and the next
+    layer; c keeps width H; h_0 has width P. Outputs, (h_n, c_n) and every gradient."""
+    layers, bidi, batch_first, batched, given = flags
+    module = torch.nn.LSTM(
+        IN, H, num_layers=layers, bidirectional=bidi, batch_first=batch_first, proj_size=P
+    )
+    layer = L.LSTM(H, num_layers=layers, bidirectional=bidi, batch_first=batch_first, proj_size=P)
+    shape = ((B, T, IN) if batch_first else (T, B, IN)) if batched else (T, IN)
+    lead = layers * (2 if bidi else 1)
+    hx = None
+    if given:
+        mid = (B,) if batched else ()
+        hx = (_randn((lead, *mid, P), 7), _randn((lead, *mid, H), 8))
+    with warnings.catch_warnings():  # torch's notice that oneDNN has no projections
+        warnings.filterwarnings("ignore", "LSTM with projections", UserWarning)
+        params = _parity(module, layer, _randn(shape), hx, eager=False)
+    names = list(pl.params.flatten(layer.ordered(params)))
+    assert names == list(module.state_dict())
+    assert params["weight_hh_l0"].shape == (4 * H, P) and params["weight_hr_l0"].shape == (P, H)
+    if layers == 2:
+        assert params["weight_ih_l1"].shape == (4 * H, P * (2 if bidi else 1))
+
+
+def test_lstm_proj_init_states_and_lengths():
+    """weight_hr draws torch's U(-1/sqrt(H), 1/sqrt(H)); h_n has width P, c_n width H;
+    padded sequences equal the unpadded runs, as without a projection."""
+    lstm = L.LSTM(8, proj_size=3)
+    params = lstm.init(jax.random.key(0), (5, 2, 4))
+    hr = np.asarray(params["weight_hr_l0"])
+    assert hr.shape == (3, 8) and np.abs(hr).max() <= 1 / np.sqrt(8)
+    x = _randn((5, 2, 4))
+    out, (h, c) = lstm.apply(params, x, lengths=jnp.array([5, 3]))
+    assert out.shape == (5, 2, 3) and h.shape == (1, 2, 3) and c.shape == (1, 2, 8)
+    short, (h1, c1) = lstm.apply(params, x[:3, 1:])
+    np.testing.assert_allclose(out[:3, 1:], short, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h[:, 1:], h1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c[:, 1:], c1, rtol=1e-5, atol=1e-6)
+    assert not np.asarray(out[3:, 1]).any()
+    with pytest.raises(ValueError, match=r"h_0 shape expected \(1, 2, 3\), got \(1, 2, 8\)"):
+        lstm.apply(params, x, (jnp.zeros((1, 2, 8)), jnp.zeros((1, 2, 8))))
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: L.LSTM(4, proj_size=4), r"proj_size must be smaller than hidden_size, got "
+         r"proj_size=4 with hidden_size=4"),
+        (lambda: L.LSTM(4, proj_size=-1), r"proj_size must be an integer >= 0, got -1"),
+        (lambda: L.LSTM(4, proj_size=1.5), r"proj_size must be an integer >= 0, got 1.5"),
+    ],
+)  # fmt: skip
+def test_lstm_proj_config_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
