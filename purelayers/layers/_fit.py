@@ -22,7 +22,7 @@ from purelayers._tree import Stacked
 from purelayers.layers._capture import paused
 from purelayers.layers._checks import LayerError
 
-__all__ = ["check_fit", "expected_tree", "identity"]
+__all__ = ["check_fit", "expected_tree"]
 
 
 def _abstract_input(layer: Any, x: Any) -> jax.ShapeDtypeStruct | None:
@@ -65,18 +65,18 @@ class _Memo:
 _MEMO = _Memo()
 
 
-def identity(layer: Any) -> Any:
+def _identity(layer: Any) -> Any:
     """``layer`` as a memo key. Layers compare by configuration; a model that builds its
     children from its config (``purelayers.models``) and a copy with replaced children
     (``lora.wrap``) compare equal, so their children are part of the key."""
     parts = getattr(layer, "_parts", None)
     if isinstance(parts, dict):
-        return (layer, tuple((name, identity(child)) for name, child in parts.items()))
+        return (layer, tuple((name, _identity(child)) for name, child in parts.items()))
     return layer
 
 
 def _expected_cached(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
-    key = (type(layer), identity(layer), spec, what)
+    key = (type(layer), _identity(layer), spec, what)
     value = _MEMO.get(key)
     if value is None:
         value = _expected(layer, spec, what)
@@ -92,7 +92,7 @@ def remember(layer: Any, shape: tuple[int, ...], params: Any) -> None:
         lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), params
     )
     with contextlib.suppress(TypeError):  # a layer holding an unhashable value
-        _MEMO.put((type(layer), identity(layer), spec, "params"), abstract)
+        _MEMO.put((type(layer), _identity(layer), spec, "params"), abstract)
 
 
 def expected_tree(layer: Any, x: Any, what: str) -> Any:
