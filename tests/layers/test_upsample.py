@@ -60,6 +60,7 @@ SETTINGS = [
     ("linear", True, {"scale_factor": 1.6}, 3),
     ("bilinear", False, {"scale_factor": (0.5, 2.5)}, 4),
     ("bilinear", True, {"size": (2, 7)}, 4),
+    ("bilinear", False, {"scale_factor": 1.7, "recompute_scale_factor": True}, 4),
     ("bicubic", False, {"scale_factor": 0.6}, 4),
     ("bicubic", True, {"scale_factor": 2}, 4),
     ("bicubic", False, {"size": (3, 9)}, 4),
