@@ -50,7 +50,10 @@ _torch_mha = _refusing(lambda module, x: module(x, x, x, need_weights=False)[0])
 
 
 # the stacks only compose gradchecked layers: their float64 gradcheck would add no check
-_COMPOSED = "a composition of the gradchecked {} and LayerNorm"
+_COMPOSED = (
+    "a composition of the gradchecked {} and LayerNorm; a small Transformer of both stacks "
+    "is gradchecked in tests/layers/test_encoder_decoder.py"
+)
 
 CASES = [
     Case("TransformerEncoderLayer", lambda: L.TransformerEncoderLayer(2, 16, 0.0), (3, 2, 8),

@@ -358,3 +358,23 @@ def test_an_activation_layer_with_params_is_named_as_torch(torch):
     assert list(pl.params.flatten(template)) == list(theirs.state_dict())
     fn = L.TransformerEncoderLayer(H, F, activation=jax.nn.silu)  # a plain function
     assert "activation" not in jax.eval_shape(lambda: fn.init(KEY, (3, 2, E)))
+
+
+def test_gradcheck_of_the_stacks():
+    """``pl.testing.gradcheck`` (float64, every parameter and both inputs) of a
+    ``Transformer`` of one encoder and one decoder layer, at a width of 4, with a float
+    source mask: its ``TransformerEncoder`` and ``TransformerDecoder`` with their final
+    norms."""
+    rng = np.random.default_rng(0)
+    src, tgt = rng.standard_normal((3, 1, 4)), rng.standard_normal((2, 1, 4))
+    mask = np.array([[0.0, -1.0, 0.5], [0.0, 0.0, -np.inf], [0.25, 0.0, 0.0]])
+    model = L.Transformer(nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                          dim_feedforward=4, dropout=0.0)  # fmt: skip
+    kids = model.children()
+    assert isinstance(kids["encoder"], L.TransformerEncoder)
+    assert isinstance(kids["decoder"], L.TransformerDecoder)
+    template = jax.eval_shape(lambda k: model.init(k, src.shape, jnp.float32), jax.random.key(0))
+    params = jax.tree.map(lambda a: 0.5 * rng.standard_normal(a.shape), template)
+    assert pl.testing.gradcheck(
+        lambda p, s, t: model.apply(p, s, t, src_mask=mask), params, src, tgt
+    )
