@@ -17,29 +17,25 @@ from purelayers.layers._checks import (
     LayerError,
     as_shape,
     broadcast_to_axis,
-    check_float,
     config_error,
     promote_float,
 )
 from purelayers.layers._norm_base import (
-    _affine_names,
     _channel_affine,
     _channel_params,
     _check_channels,
-    _check_eps,
     _moments,
     _need_float,
+    _RunningStatsNorm,
     _width,
 )
-from purelayers.layers.core import Layer, Params, State
+from purelayers.layers.core import Params, State
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 
-_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
-
 
 @dataclasses.dataclass(frozen=True)
-class _BatchNorm(Layer):
+class _BatchNorm(_RunningStatsNorm):
     """Shared implementation of BatchNorm1d/2d/3d (documented on BatchNorm2d)."""
 
     _ranks: ClassVar[tuple[int, ...]] = ()
@@ -53,15 +49,6 @@ class _BatchNorm(Layer):
     bias: bool = True
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
-
-    def __post_init__(self):
-        _check_eps(self._name, self.eps)
-        if self.momentum is not None:
-            check_float(self._name, "momentum", self.momentum, low=0.0, high=1.0)
-
-    @property
-    def _name(self) -> str:
-        return type(self).__name__
 
     def _channels(self, shape: tuple[int, ...]) -> int:
         if not self._ranks and len(shape) < 2:
@@ -81,22 +68,12 @@ class _BatchNorm(Layer):
             )
         return shape[1]
 
-    def own_names(self) -> tuple[str, ...]:
-        return _affine_names(self) + (_BUFFERS if self.track_running_stats else ())
-
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         return _channel_params(self, key, self._channels(as_shape(shape)), dtype)
 
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
         channels = self._channels(as_shape(shape))
-        if not self.track_running_stats:
-            return {}
-        stat = promote_float(dtype)
-        return {
-            "running_mean": jnp.zeros((channels,), stat),
-            "running_var": jnp.ones((channels,), stat),
-            "num_batches_tracked": jnp.zeros((), jnp.int32),
-        }
+        return self._running_state(channels, dtype)
 
     def apply(
         self,
@@ -112,15 +89,7 @@ class _BatchNorm(Layer):
         shape = tuple(jnp.shape(x))
         self._channels(shape)
         _check_channels(name, x, _width(params), self._layout)
-        if self.track_running_stats and not state:
-            raise LayerError(
-                name,
-                "track_running_stats=True keeps running statistics in a state tree; pass "
-                f"state= from {name}.init_state(shape) (or the model's init_state) and use "
-                "the returned (y, new_state)",
-                None,
-                None,
-            )
+        self._need_state(state)
         if state:
             _check_channels(name, x, _width(state, "running_mean"), self._layout)
         xf = jnp.asarray(x).astype(promote_float(jnp.result_type(x)))

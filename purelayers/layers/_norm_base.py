@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -14,8 +15,9 @@ from purelayers.layers._checks import (
     check_float,
     is_float,
     need_axis,
+    promote_float,
 )
-from purelayers.layers.core import Params
+from purelayers.layers.core import Layer, Params, State
 
 
 def _check_eps(layer: str, eps: Any) -> None:
@@ -114,3 +116,49 @@ def _check_channels(layer: str, x: Any, channels: int | None, layout: str) -> No
 
 def _width(tree: Any, name: str = "weight") -> int | None:
     return int(tree[name].shape[0]) if tree and name in tree else None
+
+
+_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunningStatsNorm(Layer):
+    """Shared by the batch and instance norms (fields ``eps``, ``momentum``, ``affine``,
+    ``track_running_stats``, ``bias`` and the initializers on the subclasses): their
+    checks, parameter and buffer names, and state tree."""
+
+    def __post_init__(self):
+        _check_eps(self._name, self.eps)
+        if self.momentum is not None:
+            check_float(self._name, "momentum", self.momentum, low=0.0, high=1.0)
+
+    @property
+    def _name(self) -> str:
+        return type(self).__name__
+
+    def own_names(self) -> tuple[str, ...]:
+        return _affine_names(self) + (_BUFFERS if self.track_running_stats else ())
+
+    def _running_state(self, channels: int, dtype: Any) -> State:
+        """The state tree for ``channels`` (empty without ``track_running_stats``)."""
+        if not self.track_running_stats:
+            return {}
+        stat = promote_float(dtype)
+        return {
+            "running_mean": jnp.zeros((channels,), stat),
+            "running_var": jnp.ones((channels,), stat),
+            "num_batches_tracked": jnp.zeros((), jnp.int32),
+        }
+
+    def _need_state(self, state: State | None) -> None:
+        """``track_running_stats`` needs the state tree passed in."""
+        if self.track_running_stats and not state:
+            name = self._name
+            raise LayerError(
+                name,
+                "track_running_stats=True keeps running statistics in a state tree; pass "
+                f"state= from {name}.init_state(shape) (or the model's init_state) and use "
+                "the returned (y, new_state)",
+                None,
+                None,
+            )

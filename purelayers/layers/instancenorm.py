@@ -18,28 +18,24 @@ from purelayers.layers._checks import (
     LayerError,
     as_shape,
     broadcast_to_axis,
-    check_float,
     need_axis,
     promote_float,
 )
 from purelayers.layers._norm_base import (
-    _affine_names,
     _channel_affine,
     _channel_params,
-    _check_eps,
     _moments,
     _need_float,
+    _RunningStatsNorm,
     _width,
 )
-from purelayers.layers.core import Layer, Params, State
+from purelayers.layers.core import Params, State
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
 
-_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
-
 
 @dataclasses.dataclass(frozen=True)
-class _InstanceNorm(Layer):
+class _InstanceNorm(_RunningStatsNorm):
     """Shared implementation of InstanceNorm1d/2d/3d (documented on InstanceNorm2d)."""
 
     _spatial: ClassVar[int] = 0
@@ -54,15 +50,6 @@ class _InstanceNorm(Layer):
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
 
-    def __post_init__(self):
-        _check_eps(self._name, self.eps)
-        if self.momentum is not None:
-            check_float(self._name, "momentum", self.momentum, low=0.0, high=1.0)
-
-    @property
-    def _name(self) -> str:
-        return type(self).__name__
-
     def _channel_axis(self, shape: tuple[int, ...]) -> int:
         """0 for an unbatched input ``(C, *spatial)``, 1 for a batch ``(N, C, *spatial)``."""
         if len(shape) not in (self._spatial + 1, self._spatial + 2):
@@ -74,9 +61,6 @@ class _InstanceNorm(Layer):
             )
         return len(shape) - self._spatial - 1
 
-    def own_names(self) -> tuple[str, ...]:
-        return _affine_names(self) + (_BUFFERS if self.track_running_stats else ())
-
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         shape = as_shape(shape)
         return _channel_params(self, key, shape[self._channel_axis(shape)], dtype)
@@ -84,14 +68,7 @@ class _InstanceNorm(Layer):
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
         shape = as_shape(shape)
         channels = shape[self._channel_axis(shape)]
-        if not self.track_running_stats:
-            return {}
-        stat = promote_float(dtype)
-        return {
-            "running_mean": jnp.zeros((channels,), stat),
-            "running_var": jnp.ones((channels,), stat),
-            "num_batches_tracked": jnp.zeros((), jnp.int32),
-        }
+        return self._running_state(channels, dtype)
 
     def _check(self, x: Any, params: Params, state: State | None) -> int:
         name = self._name
@@ -117,15 +94,7 @@ class _InstanceNorm(Layer):
                 "N >= 1",
                 f"x.shape == {shape}",
             )
-        if self.track_running_stats and not state:
-            raise LayerError(
-                name,
-                "track_running_stats=True keeps running statistics in a state tree; pass "
-                f"state= from {name}.init_state(shape) (or the model's init_state) and use "
-                "the returned (y, new_state)",
-                None,
-                None,
-            )
+        self._need_state(state)
         return axis
 
     def apply(
