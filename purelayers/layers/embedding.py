@@ -103,12 +103,7 @@ class Embedding(Layer):
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         """The table; ``shape`` (the ids' shape) does not affect it."""
         del shape
-        table = (self.weight_init or normal(std=1.0))(
-            key, (self.num_embeddings, self.embedding_dim), dtype
-        )
-        if self.padding_idx is not None:
-            table = table.at[self.padding_idx].set(0)
-        return {"weight": table}
+        return init_table(self, key, dtype)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         weight, ids = table_and_ids(self, params, x)
@@ -164,6 +159,17 @@ def check_range(layer: str, ids: np.ndarray, n: int) -> None:
             None,
             None,
         )
+
+
+def init_table(layer: Any, key: jax.Array, dtype: Any) -> Params:
+    """``{"weight": [num_embeddings, embedding_dim]}`` from ``weight_init`` (default
+    N(0, 1), as torch), the ``padding_idx`` row zeroed (``Embedding``, ``EmbeddingBag``)."""
+    table = (layer.weight_init or normal(std=1.0))(
+        key, (layer.num_embeddings, layer.embedding_dim), dtype
+    )
+    if layer.padding_idx is not None:
+        table = table.at[layer.padding_idx].set(0)
+    return {"weight": table}
 
 
 def check_table(layer: Any) -> None:

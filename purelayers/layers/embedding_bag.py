@@ -9,10 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purelayers.init import Initializer, normal
+from purelayers.init import Initializer
 from purelayers.layers._checks import LayerError, check_choice, config_error
 from purelayers.layers.core import Layer, Params
-from purelayers.layers.embedding import check_table, lookup, renormed, table_and_ids
+from purelayers.layers.embedding import (
+    check_table,
+    init_table,
+    lookup,
+    renormed,
+    table_and_ids,
+)
 
 __all__ = ["EmbeddingBag"]
 
@@ -127,12 +133,7 @@ class EmbeddingBag(Layer):
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         """The table; ``shape`` (the input's) does not affect it."""
         del shape
-        table = (self.weight_init or normal(std=1.0))(
-            key, (self.num_embeddings, self.embedding_dim), dtype
-        )
-        if self.padding_idx is not None:
-            table = table.at[self.padding_idx].set(0)
-        return {"weight": table}
+        return init_table(self, key, dtype)
 
     def renorm(self, params: Params, input: Any) -> Params:
         """``params`` as torch's ``max_norm`` leaves its weight after a call on ``input``
