@@ -1,10 +1,12 @@
 """The table checks, every ``tests/registry.py`` case through each.
 
 - ``test_contract``: torch's ``state_dict`` names, output shape from ``jax.eval_shape``,
-  finite output, float32 kept, ``jit`` equals eager, ``vmap`` over an extra batch axis
-  equals the loop, finite gradients, no retrace on a second call, hash and equality by
-  configuration; params, outputs and their dtype from a bfloat16 init and input.
-  Everything jitted is one compiled program (both inits included).
+  finite output, float32 kept, ``init`` traced under ``jit`` at float32 and bfloat16
+  (params follow the dtype) and run eagerly, ``jit`` equals eager, ``vmap`` over an extra
+  batch axis equals the eager loop, finite gradients, no retrace on a second call, hash
+  and equality by configuration; outputs and their dtype from bfloat16 params and input.
+  One compiled program (gradients with the output, the vmapped forward, the bfloat16
+  forward); the eager runs compile op by op, programs shared between layers.
 - ``test_matches_torch``: ``pl.testing.assert_matches_torch`` against the randomized
   torch twin: outputs, reverse-mode gradients w.r.t. input and every parameter by name,
   forward mode against reverse mode; one compiled program.
@@ -106,35 +108,38 @@ def test_contract(case_id, torch):
     init_arg = case.init_arg()
     state = layer.init_state(init_arg, jnp.float32)
     run = _apply(layer, case, state)
+    run16 = _apply(layer, case, layer.init_state(init_arg, jnp.bfloat16))
     host = example_inputs(case, np.float32)
+    host2 = example_inputs(case, np.float32, seed=2)
     x = tuple(map(jnp.asarray, host))
-    xs = tuple(
-        jnp.asarray(np.stack(a))
-        for a in zip(host, example_inputs(case, np.float32, seed=2), strict=True)
-    )
-
-    def loss(p, *v):
-        return sum(jnp.sum(jnp.sin(leaf)) for leaf in jax.tree.leaves(run(p, *v)))
-
+    xs = tuple(jnp.asarray(np.stack(a)) for a in zip(host, host2, strict=True))
+    x16 = tuple(map(jnp.asarray, example_inputs(case, jnp.bfloat16, seed=3)))
     floating = [i + 1 for i, v in enumerate(x) if jnp.issubdtype(v.dtype, jnp.floating)]
     argnums = (0, *floating)
+
+    def loss(p, *v):
+        out = run(p, *v)
+        return sum(jnp.sum(jnp.sin(leaf)) for leaf in _floating(out)), out
+
+    # init traces under jit at both dtypes (abstractly: the same trace jit makes, nothing
+    # to compile) and runs eagerly, op by op (those programs are shared between layers)
+    key = jax.random.key(0)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        spec = jax.eval_shape(jax.jit(lambda k, d=dtype: layer.init(k, init_arg, d)), key)
+        assert all(a.dtype == dtype for a in jax.tree.leaves(spec)), "params follow dtype"
+    params = layer.init(key, init_arg, jnp.float32)
     traces = []
 
-    run16 = _apply(layer, case, layer.init_state(init_arg, jnp.bfloat16))
-
     @jax.jit
-    def program(key, x, xs, x16):
+    def program(params, x, xs, x16):
         traces.append(1)
-        params = layer.init(key, init_arg, jnp.float32)
-        looped = [run(params, *(v[i] for v in xs)) for i in range(2)]
+        grads, out = jax.grad(loss, argnums, has_aux=True)(params, *x)
         batched = jax.vmap(run, in_axes=(None, *[0] * len(xs)))(params, *xs)
-        grads = jax.grad(loss, argnums)(params, *x)
-        params16 = layer.init(key, init_arg, jnp.bfloat16)
-        return params, run(params, *x), batched, looped, grads, (params16, run16(params16, *x16))
+        params16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
+        return out, batched, grads, run16(params16, *x16)
 
-    x16 = tuple(map(jnp.asarray, example_inputs(case, jnp.bfloat16, seed=3)))
-    params, out, batched, looped, grads, bf16 = program(jax.random.key(0), x, xs, x16)
-    params = layer.ordered(params)  # jit sorts dict keys; torch's order restored
+    out, batched, grads, out16 = program(params, x, xs, x16)
+    params = layer.ordered(params)
 
     # names and order: params and buffers merged, as torch's state_dict lists them (a
     # tied alias is stored once, under its original)
@@ -152,26 +157,25 @@ def test_contract(case_id, torch):
         assert _finite(leaf)
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
 
-    # jit equals eager
+    # jit equals eager (the second input's eager run reuses the first's op programs)
     pl.testing.assert_tree_allclose(out, run(params, *x), rtol=1e-5, atol=1e-5)
+    second = run(params, *map(jnp.asarray, host2))
 
     # vmap over an extra leading batch axis equals the loop
-    for i in range(2):
+    for i, one in enumerate((out, second)):
         pl.testing.assert_tree_allclose(
-            jax.tree.map(lambda a, i=i: np.asarray(a)[i], batched), looped[i], rtol=1e-5, atol=1e-5
+            jax.tree.map(lambda a, i=i: np.asarray(a)[i], batched), one, rtol=1e-5, atol=1e-5
         )
 
     # gradients w.r.t. params (and a floating input) are finite
     assert all(_finite(g) for g in jax.tree.leaves(grads))
 
     # a second call with new arrays of the same shapes does not retrace
-    again = jax.tree.map(lambda a: jnp.asarray(np.array(a)), (xs, x16))
-    program(jax.random.key(1), tuple(map(jnp.asarray, example_inputs(case, np.float32, 1))), *again)
+    again = jax.tree.map(lambda a: jnp.asarray(np.array(a)), (params, xs, x16))
+    program(again[0], tuple(map(jnp.asarray, example_inputs(case, np.float32, 1))), *again[1:])
     assert len(traces) == 1
 
-    # bfloat16 params and input: params, outputs and their dtype stay bfloat16
-    params16, out16 = bf16
-    assert all(p.dtype == jnp.bfloat16 for p in jax.tree.leaves(params16)), "params follow dtype"
+    # bfloat16 params and input: outputs and their dtype stay bfloat16
     for leaf in _floating(out16):
         assert leaf.dtype == jnp.bfloat16, f"{case_id}: {leaf.dtype} output for bfloat16 input"
         assert _finite(leaf)
