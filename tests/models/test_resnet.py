@@ -106,6 +106,8 @@ def _torchvision(torch):
         resnet18=lambda **kw: ResNet(BasicBlock, [2, 2, 2, 2], **kw),
         resnet34=lambda **kw: ResNet(BasicBlock, [3, 4, 6, 3], **kw),
         resnet50=lambda **kw: ResNet(Bottleneck, [3, 4, 6, 3], **kw),
+        ResNet=ResNet,
+        Bottleneck=Bottleneck,
     )
 
 
@@ -184,15 +186,27 @@ def _close(what, ours, theirs, rtol):
     assert not bad, f"{what} differs from torch:\n  " + "\n  ".join(bad)
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+# ResNet-18 whole, and ResNet-50's blocks in a shallower stack: every stage's first
+# Bottleneck (downsample, V1.5 stride in conv2) and one plain Bottleneck in layer2
+PARITY = {
+    "resnet18": (lambda tv: tv.resnet18(num_classes=10), lambda: R.resnet18(num_classes=10)),
+    "bottleneck-1-2-1-1": (
+        lambda tv: tv.ResNet(tv.Bottleneck, [1, 2, 1, 1], num_classes=10),
+        lambda: R.ResNet(R.Bottleneck, [1, 2, 1, 1], num_classes=10),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(PARITY))
 def test_eval_and_train_outputs_stats_and_grads_match_torchvision(torch, tv, name):
     """Both sides in float64: in training, the deep BatchNorms normalize a handful of
     values per channel (layer4's 1x1 maps: 2), which amplifies round-off so much that
     torch's own float32 gradients of ResNet-50 differ from its float64 ones by up to 50%
     of their size; in float64 the same amplification leaves ~1e-6. One compiled program
     gives the eval logits and state, the train logits and state, and the gradients."""
-    twin = _randomized(torch, getattr(tv, name)(num_classes=10)).double()
-    model = getattr(R, name)(num_classes=10)
+    make_twin, make = PARITY[name]
+    twin = _randomized(torch, make_twin(tv)).double()
+    model = make()
     rng = np.random.default_rng(0)
     x = rng.standard_normal(SHAPE)
     cot = rng.standard_normal((SHAPE[0], 10))
