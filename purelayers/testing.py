@@ -363,9 +363,16 @@ def assert_matches_torch(
     def run(primals, cs, tangents):
         if not grads:
             return fn(*primals), None, None
-        out, vjp = jax.vjp(fn, *primals)
-        _, out_t = jax.jvp(fn, primals, tangents)
-        return out, vjp(cs), out_t
+        # traced once: forward mode is the linearization, reverse mode its transpose
+        # (how ``jax.vjp`` computes it)
+        # (integer outputs have no cotangent: the transposed map leaves them out)
+        out, forward = jax.linearize(fn, *primals)
+
+        def floating(*ts):
+            return [o for o, d in zip(forward(*ts), differentiable, strict=True) if d]
+
+        picked = [c for c, d in zip(cs, differentiable, strict=True) if d]
+        return out, jax.linear_transpose(floating, *primals)(picked), forward(*tangents)
 
     j_out, j_grads, out_t = run(primals, cots, tangents)
     pairs = [
