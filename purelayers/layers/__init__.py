@@ -14,6 +14,7 @@ from purelayers.layers import dropout as _dropout
 from purelayers.layers import embedding as _embedding
 from purelayers.layers import embedding_bag as _embedding_bag
 from purelayers.layers import encoder_decoder as _encoder_decoder
+from purelayers.layers import encoder_decoder_stack as _encoder_decoder_stack
 from purelayers.layers import fold as _fold
 from purelayers.layers import fractional as _fractional
 from purelayers.layers import instancenorm as _instancenorm
@@ -129,11 +130,13 @@ from purelayers.layers.embedding_bag import (
     EmbeddingBag,
 )
 from purelayers.layers.encoder_decoder import (
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
+from purelayers.layers.encoder_decoder_stack import (
     Transformer,
     TransformerDecoder,
-    TransformerDecoderLayer,
     TransformerEncoder,
-    TransformerEncoderLayer,
 )
 from purelayers.layers.fold import (
     Fold,
@@ -274,6 +277,7 @@ __all__ = [
     *_embedding.__all__,
     *_embedding_bag.__all__,
     *_encoder_decoder.__all__,
+    *_encoder_decoder_stack.__all__,
     *_fold.__all__,
     *_fractional.__all__,
     *_instancenorm.__all__,
