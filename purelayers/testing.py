@@ -363,9 +363,8 @@ def assert_matches_torch(
     def run(primals, cs, tangents):
         if not grads:
             return fn(*primals), None, None
-        # traced once: forward mode is the linearization, reverse mode its transpose
-        # (how ``jax.vjp`` computes it)
-        # (integer outputs have no cotangent: the transposed map leaves them out)
+        # traced once: forward mode is the linearization, reverse mode its transpose (how
+        # ``jax.vjp`` computes it) over the floating outputs (integers have no cotangent)
         out, forward = jax.linearize(fn, *primals)
 
         def floating(*ts):
