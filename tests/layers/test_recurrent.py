@@ -28,30 +28,24 @@ def _randn(shape, seed=0):
     return _rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _parity(module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, eager=True, **kw):
+def _parity(module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, **kw):
     """``pl.testing.assert_matches_torch`` with the initial state ``hx`` (``None``, ``h``
     or ``(h, c)``) passed as separate inputs, so its leaves are differentiated too: the
     outputs and final states, and the gradients w.r.t. ``x``, ``hx`` and every parameter
-    (and forward mode against reverse mode), equal torch's.
-
-    ``eager``: the JAX side runs op by op (``disable_jit``), the scan a Python loop whose
-    small primitives compile once for the whole file; faster than a jitted program per
-    combination for the sequence layers' flag matrix (measured 37 s against 44 s),
-    slower for single cell steps and the forward-only property examples (23 s -> 6 s),
-    which pass ``eager=False``."""
+    (and forward mode against reverse mode), equal torch's. One compiled program per
+    call (the 8 LSTM flag rows: 7.8 s jitted against 21.9 s run op by op)."""
     hs, tree = jax.tree.flatten(hx)
-    with jax.disable_jit(eager):
-        return pl.testing.assert_matches_torch(
-            layer,
-            module,
-            x,
-            *hs,
-            apply=lambda p, x, *hs: layer.apply(p, x, jax.tree.unflatten(tree, hs)),
-            torch_call=lambda m, x, *hs: m(x, jax.tree.unflatten(tree, hs)),
-            rtol=rtol,
-            atol=atol,
-            **kw,
-        )
+    return pl.testing.assert_matches_torch(
+        layer,
+        module,
+        x,
+        *hs,
+        apply=lambda p, x, *hs: layer.apply(p, x, jax.tree.unflatten(tree, hs)),
+        torch_call=lambda m, x, *hs: m(x, jax.tree.unflatten(tree, hs)),
+        rtol=rtol,
+        atol=atol,
+        **kw,
+    )
 
 
 def _hx(kind, lead, batched, seed=7):
@@ -74,14 +68,12 @@ def test_cell_torch_parity(torch, name, bias, batched, given_hx):
     layer = CELLS[name](H, bias=bias)
     x = _randn((B, IN) if batched else (IN,))
     hx = _hx(name, None, batched) if given_hx else None
-    _parity(module, layer, x, hx, eager=False)
+    _parity(module, layer, x, hx)
 
 
 def test_rnn_cell_relu_parity(torch):
     module = torch.nn.RNNCell(IN, H, nonlinearity="relu")
-    _parity(
-        module, L.RNNCell(H, nonlinearity="relu"), _randn((B, IN)), _randn((B, H), 3), eager=False
-    )
+    _parity(module, L.RNNCell(H, nonlinearity="relu"), _randn((B, IN)), _randn((B, H), 3))
 
 
 @pytest.mark.parametrize("name", list(CELLS))
@@ -600,7 +592,7 @@ def test_property_forward_matches_torch(
     layer = SEQ[name](hidden, num_layers=layers, bidirectional=bidi, batch_first=batch_first)
     shape = (batch, steps, inputs) if batch_first else (steps, batch, inputs)
     x = _randn(shape)
-    params = _parity(module, layer, x, grads=False, eager=False)
+    params = _parity(module, layer, x, grads=False)
     out, state = jax.eval_shape(layer.apply, params, x)
     d = 2 if bidi else 1
     assert out.shape == (*shape[:2], d * hidden)
@@ -635,7 +627,7 @@ def test_lstm_proj_torch_parity(torch, flags):
         hx = (_randn((lead, *mid, P), 7), _randn((lead, *mid, H), 8))
     with warnings.catch_warnings():  # torch's notice that oneDNN has no projections
         warnings.filterwarnings("ignore", "LSTM with projections", UserWarning)
-        params = _parity(module, layer, _randn(shape), hx, eager=False)
+        params = _parity(module, layer, _randn(shape), hx)
     names = list(pl.params.flatten(layer.ordered(params)))
     assert names == list(module.state_dict())
     assert params["weight_hh_l0"].shape == (4 * H, P) and params["weight_hr_l0"].shape == (P, H)
