@@ -408,16 +408,21 @@ def test_lengths_equal_unpadded_runs():
     layer = L.LSTM(H, bidirectional=True)
     params = layer.init(jax.random.key(0), (T, B, IN))
     x = jnp.asarray(_randn((T, 3, IN)))
-    lengths = jnp.array([5, 1, 3])
-    out, (h, c) = layer.apply(params, x, lengths=lengths)
-    for b, n in enumerate([5, 1, 3]):
-        alone, (ha, ca) = layer.apply(params, x[:n, b])
-        np.testing.assert_allclose(out[:n, b], alone, rtol=1e-5, atol=1e-6)
+    sizes = [5, 1, 3]
+
+    @jax.jit  # every run in one program
+    def runs(params, x):
+        padded = layer.apply(params, x, lengths=jnp.array(sizes))
+        alone = [layer.apply(params, x[:n, b]) for b, n in enumerate(sizes)]
+        # unbatched input takes a scalar length
+        return padded, alone, layer.apply(params, x[:, 2], lengths=jnp.array(3))[0]
+
+    (out, (h, c)), alone, out1 = runs(params, x)
+    for b, (n, (seq, (ha, ca))) in enumerate(zip(sizes, alone, strict=True)):
+        np.testing.assert_allclose(out[:n, b], seq, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(out[n:, b], 0.0)
         np.testing.assert_allclose(h[:, b], ha, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(c[:, b], ca, rtol=1e-5, atol=1e-6)
-    # unbatched input takes a scalar length
-    out1, _ = layer.apply(params, x[:, 2], lengths=jnp.array(3))
     np.testing.assert_allclose(out1, out[:, 2], rtol=1e-5, atol=1e-6)
 
 
@@ -428,17 +433,22 @@ def test_inter_layer_dropout():
     layer = L.GRU(H, num_layers=3, dropout=0.5)
     params = layer.init(jax.random.key(0), (T, B, IN))
     x = jnp.asarray(_randn((T, B, IN)))
-    eval_out, _ = layer.apply(params, x)
-    np.testing.assert_array_equal(layer.apply(params, x, train=False, key=None)[0], eval_out)
-    a, _ = layer.apply(params, x, train=True, key=jax.random.key(1))
-    b, _ = layer.apply(params, x, train=True, key=jax.random.key(1))
-    c, _ = layer.apply(params, x, train=True, key=jax.random.key(2))
-    np.testing.assert_array_equal(a, b)
-    assert not np.allclose(a, eval_out) and not np.allclose(a, c)
-    # no dropout configured: train mode needs no key
     plain = L.GRU(H, num_layers=2)
     pp = plain.init(jax.random.key(0), x.shape)
-    np.testing.assert_array_equal(plain.apply(pp, x, train=True)[0], plain.apply(pp, x)[0])
+
+    @jax.jit  # every run in one program; the keys are inputs, so no run is merged
+    def runs(params, pp, x, keys):
+        train = [layer.apply(params, x, train=True, key=k)[0] for k in keys]
+        evals = [layer.apply(params, x)[0], layer.apply(params, x, train=False, key=None)[0]]
+        # no dropout configured: train mode needs no key
+        return train, evals, plain.apply(pp, x, train=True)[0], plain.apply(pp, x)[0]
+
+    keys = [jax.random.key(1), jax.random.key(1), jax.random.key(2)]
+    (a, b, c), (eval_out, eval_none), plain_train, plain_eval = runs(params, pp, x, keys)
+    np.testing.assert_array_equal(eval_none, eval_out)
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, eval_out) and not np.allclose(a, c)
+    np.testing.assert_array_equal(plain_train, plain_eval)
 
 
 def test_float64_stays_float64():
