@@ -169,10 +169,15 @@ def test_tied_lm_matches_torch_and_loads_with_or_without_alias(torch):
     # one optax adam step equals one torch Adam step: the tied array moves once
     optax = pytest.importorskip("optax")
     cot = _rand(1, B, T, V)
-    grads = jax.jit(jax.grad(_loss(lm, cot)))(params, jnp.asarray(_ids()))
     opt = optax.adam(1e-2)
-    updates, _ = opt.update(grads, opt.init(params), params)
-    stepped = optax.apply_updates(params, updates)
+
+    @jax.jit  # the gradient and the step in one program
+    def adam_step(params, ids):
+        grads = jax.grad(_loss(lm, cot))(params, ids)
+        updates, _ = opt.update(grads, opt.init(params), params)
+        return optax.apply_updates(params, updates)
+
+    stepped = adam_step(params, jnp.asarray(_ids()))
     tm.zero_grad(set_to_none=True)
     (tm(torch.tensor(_ids(), dtype=torch.long)) * torch.tensor(cot)).sum().backward()
     torch.optim.Adam(tm.parameters(), lr=1e-2).step()

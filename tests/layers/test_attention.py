@@ -126,14 +126,18 @@ def test_fully_masked_rows_give_zeros_like_torch(torch, kind):
     allowed[1] = False
     m = allowed if kind == "bool" else np.where(allowed, 0.0, -np.inf).astype(np.float32)
     want = F.scaled_dot_product_attention(*map(torch.tensor, (q, k, v)), attn_mask=torch.tensor(m))
-    out = sdpa(q, k, v, mask=m)
+
+    def loss(q, k, v):
+        out = sdpa(q, k, v, mask=m)
+        return jnp.sum(out**2), out
+
+    grads, out = jax.jit(jax.grad(loss, (0, 1, 2), has_aux=True))(q, k, v)  # one program
     np.testing.assert_allclose(out, want.numpy(), rtol=RTOL, atol=ATOL)
     assert np.all(np.asarray(out)[:, :, 1] == 0)
-    grads = jax.grad(lambda q, k, v: jnp.sum(sdpa(q, k, v, mask=m) ** 2), (0, 1, 2))(q, k, v)
     assert all(np.isfinite(np.asarray(g)).all() for g in grads)
     # float64 takes the explicit softmax path: same answer there.
     with jax.enable_x64(True):
-        out64 = sdpa(*(a.astype(np.float64) for a in (q, k, v)), mask=m)
+        out64 = jax.jit(lambda *a: sdpa(*a, mask=m))(*(a.astype(np.float64) for a in (q, k, v)))
         np.testing.assert_allclose(out64, want.numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -203,7 +207,8 @@ def test_property_random_masks(t, s, causal, seed, density):
     q, k, v = _rand(rng, 2, t, 3), _rand(rng, 2, s, 3), _rand(rng, 2, s, 2)
     mask = rng.random((2, t, s)) < density
     allowed = mask & np.asarray(causal_mask(t, s)) if causal else mask
-    out = np.asarray(sdpa(q, k, v, mask=mask, is_causal=causal))
+    run = jax.jit(sdpa, static_argnames="is_causal")  # one program per example
+    out = np.asarray(run(q, k, v, mask=mask, is_causal=causal))
     assert np.isfinite(out).all()
     np.testing.assert_allclose(out, _reference_attention(q, k, v, allowed), rtol=1e-4, atol=1e-5)
 

@@ -68,7 +68,7 @@ def test_block_cached_decoding_equals_full_forward(llama):
     b, t, e = 2, 6, 16
     params = block.init(jax.random.key(0), (b, t, e))
     x = jax.random.normal(jax.random.key(1), (b, t, e))
-    full = block.apply(params, x)
+    full = jax.jit(block.apply)(params, x)
     step = jax.jit(lambda p, x, c: block.apply(p, x, cache=c))
     for chunks in ([1] * t, [2, 2, 2]):
         cache, outs, start = block.init_cache((b, 8, e)), [], 0

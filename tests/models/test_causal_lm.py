@@ -196,17 +196,19 @@ def test_sampling_rules():
     scales; the same key draws the same tokens."""
     logits = jnp.log(jnp.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.1, 0.1, 0.1]]))
     keys = jax.random.split(jax.random.key(0), 200)
-    top2 = np.asarray(jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, top_k=2))(keys))
+
+    @jax.jit  # 200 draws under each rule, one program
+    def draws(keys):
+        return [
+            jax.vmap(lambda k, o=o: G.sample_logits(logits, k, do_sample=True, **o))(keys)
+            for o in (dict(top_k=2), dict(top_p=0.5), dict(temperature=1e-3))
+        ]
+
+    top2, nucleus, cold = map(np.asarray, draws(keys))
     assert set(top2[:, 0]) == {2, 3}
     assert set(top2[:, 1]) <= {0, 1, 2, 3} and 0 in set(top2[:, 1])
     # top_p=0.5: row 0 keeps {3, 2} (0.4 alone < 0.5), row 1 keeps {0} (0.7 >= 0.5)
-    nucleus = np.asarray(
-        jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, top_p=0.5))(keys)
-    )
     assert set(nucleus[:, 0]) == {2, 3} and set(nucleus[:, 1]) == {0}
-    cold = np.asarray(
-        jax.vmap(lambda k: G.sample_logits(logits, k, do_sample=True, temperature=1e-3))(keys)
-    )
     assert (cold == np.array([3, 0])).all()
     same = G.sample_logits(logits, keys[0], do_sample=True)
     assert (np.asarray(same) == np.asarray(G.sample_logits(logits, keys[0], do_sample=True))).all()
