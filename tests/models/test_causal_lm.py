@@ -134,7 +134,7 @@ def test_cached_decoding_equals_the_full_forward(torch, transformers, case):
     kind, overrides = CASES[case]
     model, params = _ours(_reference(torch, transformers, kind, **overrides))
     ids, mask = _batch()
-    full = model.apply(params, ids, attention_mask=mask)
+    full = jax.jit(lambda p: model.apply(p, ids, attention_mask=mask))(params)
     cache = model.init_cache((2, 12))
     slots = np.concatenate([mask, np.ones((2, 3), np.int64)], 1)
     step = jax.jit(lambda p, x, c: model.apply(p, x, attention_mask=slots, cache=c))
