@@ -51,12 +51,18 @@ def _input(case: Case, shape=None, dtype=jnp.float32):
 
 
 def _traced(layer, params, x, state, kwargs):
-    def go():
+    def go(params, state):
         if state:
             return layer.apply(params, x, state=state, **kwargs)[0]
         return layer.apply(params, x, **kwargs)
 
-    return jax.eval_shape(go)
+    return jax.eval_shape(go, params, state)
+
+
+def _abstract_params(layer, shape):
+    """``layer.init``'s tree as shapes and dtypes, in the layer's own order (traced, not
+    run: the checks below only trace ``apply``)."""
+    return layer.ordered(jax.eval_shape(lambda: layer.init(KEY, shape)))
 
 
 def _first_leaf(tree, path=()):
@@ -108,7 +114,7 @@ def _assert_misfit_named(case: Case, kind: str, which: str) -> None:
     """One entry of the params (``which="params"``) or of the state made not to fit:
     the ``LayerError`` names the owner's path and the key."""
     layer = case.make()
-    trees = {"params": layer.init(KEY, case.shape), "state": layer.init_state(case.shape)}
+    trees = {"params": _abstract_params(layer, case.shape), "state": layer.init_state(case.shape)}
     path = _first_leaf(trees[which])
     trees[which], key = _misfits(trees[which], path)[kind]
     with pytest.raises(LayerError) as info:
@@ -132,7 +138,7 @@ def test_params_of_another_kind_name_the_key(case_id):
     """An entry that should be an array given as a dict, and a dict given as None."""
     case = BY_ID[case_id]
     layer = case.make()
-    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
+    params, state = _abstract_params(layer, case.shape), layer.init_state(case.shape)
     path = _first_leaf(params)
     bad = _edit(params, path, lambda d: {**d, path[-1]: {"x": jnp.zeros(2)}})
     with pytest.raises(LayerError, match=repr(path[-1])):
