@@ -355,7 +355,7 @@ def test_gru_reset_before_matches_hand_written_reference():
     seq = L.GRU(H, reset_after=False, bidirectional=True)
     sp = seq.init(jax.random.key(4), (T, B, IN))
     xs = _randn((T, B, IN), 2)
-    out, h_n = seq.apply(sp, xs)
+    out, h_n = jax.jit(seq.apply)(sp, xs)
     fwd = {k[: -len("_l0")]: v for k, v in sp.items() if k.endswith("_l0")}
     rev = {k[: -len("_l0_reverse")]: v for k, v in sp.items() if k.endswith("_reverse")}
     hf, hr, outs_f, outs_r = np.zeros((B, H)), np.zeros((B, H)), [], []
@@ -455,7 +455,7 @@ def test_float64_stays_float64():
     with jax.enable_x64(True):
         layer = L.LSTM(3, bidirectional=True)
         params = layer.init(jax.random.key(0), (4, 2, 2), jnp.float64)
-        out, (h, c) = layer.apply(params, jnp.ones((4, 2, 2), jnp.float64))
+        out, (h, c) = jax.jit(layer.apply)(params, jnp.ones((4, 2, 2), jnp.float64))
         assert out.dtype == h.dtype == c.dtype == jnp.float64
 
 
