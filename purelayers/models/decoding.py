@@ -1,13 +1,17 @@
 """``generate``: decoding for the causal LMs, as transformers' ``generate`` does it.
 
 One jitted prefill writes the prompt into a fixed-shape KV cache of ``prompt +
-max_new_tokens`` slots; one jitted decode step then adds a token at a time. Both are
-compiled once per (model, batch, prompt length, cache length) and reused across calls
-and steps (``jax.jit`` with the model as a static argument).
+max_new_tokens`` slots and picks the first token; one jitted decode step then adds a
+token at a time, the model's forward, the sampling rule and the eos bookkeeping in one
+program. Both are compiled once per (model, sampling rule, batch, prompt length, cache
+length) and reused across calls and steps (``jax.jit`` with the model and the rule as
+static arguments). The host queues each step before it reads the previous step's token,
+so reading tokens (and a streamer) costs the device no time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -56,19 +60,49 @@ def sample_logits(
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(4,))
-def _prefill(model, params, ids, slot_mask, cache):
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    """How a step picks its tokens: ``sample_logits``' options, then eos and pad."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    eos: tuple[int, ...] = ()
+    pad: int | None = None
+
+    def next(self, logits, key, step, finished):
+        """Step ``step``'s tokens ``(batch,)`` (drawn with ``fold_in(key, step)``), pad
+        where a row had finished, and the rows finished after them."""
+        k = None if key is None else jax.random.fold_in(key, step)
+        token = sample_logits(
+            logits,
+            k,
+            do_sample=self.do_sample,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+        )
+        if self.eos:
+            token = jnp.where(finished, jnp.int32(self.pad), token)
+            finished = finished | jnp.isin(token, jnp.asarray(self.eos, jnp.int32))
+        return token, finished
+
+
+# The prefill and the decode step each end with the next token, so a step is one program
+# and the token stays on the device; the host only reads what it reports.
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(5,))
+def _prefill(model, rule, params, ids, slot_mask, cache, key, finished):
     logits, cache = model.apply(params, ids, attention_mask=slot_mask, cache=cache)
-    return logits[:, -1], cache
+    token, finished = rule.next(logits[:, -1], key, 0, finished)
+    return token, finished, cache
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(4,))
-def _decode(model, params, token, slot_mask, cache):
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(5,))
+def _decode(model, rule, params, token, slot_mask, cache, key, step, finished):
     logits, cache = model.apply(params, token[:, None], attention_mask=slot_mask, cache=cache)
-    return logits[:, -1], cache
-
-
-_sample = jax.jit(sample_logits, static_argnames=("do_sample", "temperature", "top_k", "top_p"))
+    token, finished = rule.next(logits[:, -1], key, step, finished)
+    return token, finished, cache
 
 
 def _unstacked(layer: Any, params: Any) -> Any:
@@ -168,30 +202,31 @@ def generate(
     cache = model.init_cache(
         (b, max_len), dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
     )
-    options = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p)
-    logits, cache = _prefill(model, params, ids, slot_mask, cache)
-    decode_params = None  # made after the first token is out, once per call
-    finished = np.zeros(b, bool)
+    sampling = (temperature, top_k, top_p) if do_sample else (1.0, None, None)
+    rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None)
+    finished = jnp.zeros((b,), bool)
+    token, finished, cache = _prefill(model, rule, params, ids, slot_mask, cache, key, finished)
+    decode_params = params
+    if unroll_blocks and max_new_tokens > 1:
+        decode_params = _unstacked(model, params)
+        cache = _unstacked_cache(model, cache)
     out = [np.asarray(ids)]
     if streamer is not None:
         streamer.put(out[0])
-    for step in range(max_new_tokens):
-        k = None if key is None else jax.random.fold_in(key, step)
-        token = np.asarray(_sample(logits, k, **options))
-        if eos:
-            token = np.where(finished, pad, token)
-            finished |= np.isin(token, eos)
-        out.append(token[:, None].astype(np.int32))
+    for step in range(1, max_new_tokens + 1):
+        # Step ``step`` is queued before step ``step - 1``'s token is read, so the device
+        # never waits for the host; a step queued after every row finished is dropped.
+        ahead = None
+        if step < max_new_tokens:
+            ahead = _decode(
+                model, rule, decode_params, token, slot_mask, cache, key, step, finished
+            )
+        out.append(np.asarray(token)[:, None])
         if streamer is not None:
-            streamer.put(token)
-        if finished.all() or step == max_new_tokens - 1:
+            streamer.put(out[-1][:, 0])
+        if ahead is None or (eos and np.asarray(finished).all()):
             break
-        if decode_params is None:
-            decode_params = _unstacked(model, params) if unroll_blocks else params
-            if unroll_blocks:
-                cache = _unstacked_cache(model, cache)
-        token = jnp.asarray(token, jnp.int32)
-        logits, cache = _decode(model, decode_params, token, slot_mask, cache)
+        token, finished, cache = ahead
     if streamer is not None:
         streamer.end()
     return jnp.asarray(np.concatenate(out, axis=1))

@@ -216,6 +216,67 @@ def test_sampling_rules():
         M.generate(None, None, np.zeros((1, 2), np.int32), max_new_tokens=2, do_sample=True)
 
 
+class _Recorder:
+    """transformers' streamer protocol: what ``put`` got, and how often ``end`` ran."""
+
+    def __init__(self):
+        self.got, self.ended = [], 0
+
+    def put(self, ids):
+        self.got.append(np.array(ids))
+
+    def end(self):
+        self.ended += 1
+
+
+def test_sampled_generate_draws_step_i_with_fold_in_key_i_and_streams_each_step():
+    """Sampled tokens are reproducible from the key, and each one is what
+    ``sample_logits`` draws from the full forward's logits at its position with
+    ``fold_in(key, i)`` (the decode step samples inside its program; this recomputes
+    every draw outside it). ``top_k=1`` keeps only the argmax, so it samples the greedy
+    tokens; the stacked-weight decode path draws the same; the streamer gets the
+    prompt, then each step's tokens, then ``end`` once."""
+    config = gpt2.GPT2Config(
+        n_embd=16, n_layer=2, n_head=2, vocab_size=VOCAB, n_positions=32, eos_token_id=None
+    )
+    model = M.GPT2LMHeadModel(config)
+    params = model.init(jax.random.key(0), (1, 1))
+    ids = np.random.default_rng(3).integers(0, VOCAB, (2, 5))
+    key, n, rule = jax.random.key(7), 6, dict(temperature=1.5, top_k=20, top_p=0.9)
+    streamer = _Recorder()
+    got = np.asarray(
+        M.generate(
+            model, params, ids, max_new_tokens=n, do_sample=True, key=key, streamer=streamer, **rule
+        )
+    )
+    assert got.shape == (2, 5 + n)
+    np.testing.assert_array_equal(got[:, :5], ids)
+
+    @jax.jit
+    def redrawn(params, seq):
+        logits = model.apply(params, seq)[:, 4:]  # position 4 + i predicts token 5 + i
+        return jax.vmap(
+            lambda i, lg: G.sample_logits(lg, jax.random.fold_in(key, i), do_sample=True, **rule),
+            in_axes=(0, 1),
+            out_axes=1,
+        )(jnp.arange(n), logits)
+
+    np.testing.assert_array_equal(np.asarray(redrawn(params, got[:, :-1])), got[:, 5:])
+    again = M.generate(model, params, ids, max_new_tokens=n, do_sample=True, key=key, **rule)
+    np.testing.assert_array_equal(np.asarray(again), got)
+    stacked = M.generate(
+        model, params, ids, max_new_tokens=n, do_sample=True, key=key, unroll_blocks=False, **rule
+    )
+    np.testing.assert_array_equal(np.asarray(stacked), got)
+    greedy = np.asarray(M.generate(model, params, ids, max_new_tokens=n))
+    top1 = M.generate(model, params, ids, max_new_tokens=n, do_sample=True, key=key, top_k=1)
+    np.testing.assert_array_equal(np.asarray(top1), greedy)
+    assert streamer.ended == 1 and len(streamer.got) == 1 + n
+    np.testing.assert_array_equal(streamer.got[0], ids)
+    for i, tokens in enumerate(streamer.got[1:]):
+        np.testing.assert_array_equal(tokens, got[:, 5 + i])
+
+
 def test_hugging_face_folders_both_ways(torch, transformers, tmp_path):
     """transformers' save_pretrained (one file, and sharded) loads with our
     from_pretrained, ours loads with transformers', and logits agree."""
