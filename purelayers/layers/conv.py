@@ -1,14 +1,16 @@
 r"""Convolutions over channels-first inputs: ``Conv1d``, ``Conv2d``, ``Conv3d`` and the
 transposed ``ConvTranspose1d``, ``ConvTranspose2d``, ``ConvTranspose3d``.
 
-All six share one N-d implementation on ``lax.conv_general_dilated``; the variants only
-fix the number of spatial axes. For ``groups == 1`` convolutions the weight gradient is
-written per kernel tap (``_conv``): on the CPU benchmark's CNN that took the training
-step from 174 to 160 ms (``python -m benchmarks.run --workloads cnn``). Patch extraction
-plus one matrix product (im2col) was measured too and is slower than XLA's CPU
-convolution for the forward pass here (``python -m benchmarks.conv_im2col``).
-Parameters use PyTorch's names and layouts, so a torch
-``state_dict`` loads by name.
+All six share one N-d implementation on ``lax.conv_general_dilated``, derivatives
+included; the variants only fix the number of spatial axes. A weight gradient written
+as one contraction per kernel tap was measured against XLA's own (its weight-gradient
+convolution) on the CPU benchmark's CNN (``python -m benchmarks.run --workloads cnn``):
+on an AVX2 CPU it took the training step from 174 to 160 ms, on an AVX-512 one (AMD
+Zen 5) XLA's own is faster, 47 -> 40 ms, with 40% fewer temporaries (67 -> 40 MiB) and
+half the compile time (1.0-1.4 -> 0.6 s), so XLA's is used. Patch extraction plus one
+matrix product (im2col) is slower than XLA's CPU convolution for the forward pass
+(``python -m benchmarks.conv_im2col``). Parameters use PyTorch's names and layouts, so
+a torch ``state_dict`` loads by name.
 
 Convolution (``ConvNd``), as ``torch.nn.ConvNd``::
 
@@ -78,15 +80,12 @@ Parameters: ``weight`` ``(C_in, out_channels/groups, *kernel_size)``, ``bias``
 from __future__ import annotations
 
 import dataclasses
-import functools
-import itertools
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.custom_derivatives import SymbolicZero
 
 from purelayers.init import Initializer, fans
 from purelayers.layers._checks import (
@@ -188,75 +187,22 @@ def conv_nd(
     """Cross-correlation of batched channels-first ``x`` with ``weight [out, in/groups, *k]``.
 
     Computes in ``x``'s floating dtype; ``padding`` is ``(low, high)`` per spatial axis
-    (negative values crop). A plain convolution (``groups == 1``, no ``lhs_dilation``)
-    takes its weight gradient from ``_conv``'s written-out derivative.
+    (negative values crop).
     """
     dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else weight.dtype
     x, weight = x.astype(dtype), weight.astype(dtype)
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
-    if groups == 1 and lhs_dilation is None:
-        y = _conv(tuple(stride), pads, tuple(dilation), x, weight)
-    else:
-        y = lax.conv_general_dilated(
-            x,
-            weight,
-            window_strides=tuple(stride),
-            padding=pads,
-            lhs_dilation=None if lhs_dilation is None else tuple(lhs_dilation),
-            rhs_dilation=tuple(dilation),
-            feature_group_count=groups,
-        )
+    y = lax.conv_general_dilated(
+        x,
+        weight,
+        window_strides=tuple(stride),
+        padding=pads,
+        lhs_dilation=None if lhs_dilation is None else tuple(lhs_dilation),
+        rhs_dilation=tuple(dilation),
+        feature_group_count=groups,
+    )
     if bias is not None:
         y = y + broadcast_to_axis(bias.astype(dtype), y.ndim, 1)
-    return y
-
-
-def _plain_conv(stride, padding, dilation, x, weight):
-    return lax.conv_general_dilated(
-        x, weight, window_strides=stride, padding=padding, rhs_dilation=dilation
-    )
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _conv(stride, padding, dilation, x, weight):
-    """``lax.conv_general_dilated`` whose derivative in ``weight`` is written per kernel
-    tap: ``sum_k x_k @ dweight[:, :, k]`` with ``x_k`` the strided slice of the padded input
-    that tap ``k`` sees. Its transpose, the weight gradient, is then one contraction per
-    tap over batch and positions (``sum x_k * dy``) rather than XLA's convolution with
-    an output-sized window, which XLA:CPU runs far below its matrix-product speed: on
-    the benchmark CNN's second layer ([128, 32, 14, 14] -> 64 channels, 3x3) the weight
-    gradient took 24 ms this way against 40-68 ms. The input derivative stays
-    ``lax.conv_general_dilated``, whose transpose XLA runs well."""
-    return _plain_conv(stride, padding, dilation, x, weight)
-
-
-def _conv_jvp(stride, padding, dilation, primals, tangents):
-    x, weight = primals
-    dx, dweight = tangents
-    y = _plain_conv(stride, padding, dilation, x, weight)
-    terms = []
-    if not isinstance(dx, SymbolicZero):
-        terms.append(_plain_conv(stride, padding, dilation, dx, weight))
-    if not isinstance(dweight, SymbolicZero):
-        terms.append(_conv_by_taps(x, dweight, stride, padding, dilation, y.shape[2:]))
-    return y, sum(terms[1:], terms[0]) if terms else jnp.zeros_like(y)
-
-
-_conv.defjvp(_conv_jvp, symbolic_zeros=True)
-
-
-def _conv_by_taps(x, weight, stride, padding, dilation, out_shape) -> jax.Array:
-    """The same convolution as a sum over kernel taps of channel contractions."""
-    xp = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * 2 + [(lo, hi, 0) for lo, hi in padding])
-    y = None
-    for tap in itertools.product(*(range(k) for k in weight.shape[2:])):
-        start = [t * d for t, d in zip(tap, dilation, strict=True)]
-        limit = [b + (o - 1) * s + 1 for b, o, s in zip(start, out_shape, stride, strict=True)]
-        x_k = lax.slice(xp, (0, 0, *start), (*xp.shape[:2], *limit), (1, 1, *stride))
-        w_k = weight[(slice(None), slice(None), *tap)]
-        term = lax.dot_general(x_k, w_k, (((1,), (1,)), ((), ())))  # (N, *L, O)
-        term = jnp.moveaxis(term, -1, 1)
-        y = term if y is None else y + term
     return y
 
 

@@ -25,7 +25,7 @@ from purelayers.layers import (
     LayerError,
     Sequential,
 )
-from purelayers.testing import assert_tree_allclose, gradcheck
+from purelayers.testing import gradcheck
 from tests.twins import load_from_torch
 
 _OWN_ARGS = ("out_channels", "kernel_size", "weight_init", "bias_init")
@@ -210,56 +210,6 @@ def test_gradcheck(layer, shape):
     params = layer.init(jax.random.key(1), shape)
     x = jax.random.normal(jax.random.key(2), shape)
     assert gradcheck(layer.apply, params, x)
-
-
-@pytest.mark.parametrize(
-    "layer, shape",
-    [
-        (Conv1d(3, 3, stride=2, padding=1, dilation=2), (2, 2, 9)),
-        (Conv2d(4, (3, 2), stride=(2, 1), padding=(1, 0), bias=False), (2, 3, 7, 5)),
-        (Conv2d(2, 3, padding="same", dilation=(1, 2)), (1, 2, 5, 6)),
-        (Conv3d(2, 2, stride=(1, 2, 1)), (1, 2, 3, 5, 4)),
-    ],
-    ids=repr,
-)
-def test_written_out_weight_derivative_equals_jax_derivative(layer, shape):
-    """The convolution's per-tap weight derivative against JAX's own derivative of
-    ``lax.conv_general_dilated`` (float64): gradients in the weight alone, the input
-    alone and both, and a Hessian-vector product (forward over reverse)."""
-    from jax import lax
-
-    from purelayers.layers import conv as conv_module
-
-    with jax.enable_x64():
-        params = layer.init(jax.random.key(1), shape, jnp.float64)
-        x = jax.random.normal(jax.random.key(2), shape, jnp.float64)
-        pads = layer.pads()
-
-        def reference(w, x):
-            return lax.conv_general_dilated(x, w, layer.stride, pads, rhs_dilation=layer.dilation)
-
-        def written(w, x):
-            return conv_module.conv_nd(
-                x, w, None, stride=layer.stride, padding=pads, dilation=layer.dilation, groups=1
-            )
-
-        def derivatives(conv):
-            def loss(w, x):
-                return jnp.sum(jnp.sin(conv(w, x)) * conv(w, x))
-
-            w = params["weight"]
-            grads = (
-                jax.grad(loss, 0)(w, x),
-                jax.grad(loss, 1)(w, x),
-                jax.grad(loss, (0, 1))(w, x),
-            )
-            tangents = (jnp.ones_like(w), jnp.full_like(x, 0.5))
-            hvp = jax.jvp(lambda w, x: jax.grad(loss, (0, 1))(w, x), (w, x), tangents)[1]
-            return {"grads": grads, "hvp": hvp}
-
-        # one compiled program for both sets of derivatives
-        ours, theirs = jax.jit(lambda: (derivatives(written), derivatives(reference)))()
-        assert_tree_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
 def test_jit_and_vmap_match_eager():
