@@ -1,9 +1,11 @@
 r"""One time step of the Elman, LSTM and GRU recurrences: the gate arithmetic the
 sequence layers share, and the cells ``RNNCell``, ``LSTMCell``, ``GRUCell``.
 
-Every recurrence is split the same way: ``gi = x @ weight_ih.T + bias`` (for a sequence,
-computed for all time steps at once, outside the time loop) and a step
-``(state, gi_t) -> (state', h_t)`` that multiplies only by the recurrent weights.
+Every recurrence is split the same way: ``gi = x @ weight_ih.T + bias`` and a step
+``(state, gi_t) -> (state', h_t)`` that multiplies only by the recurrent weights. A
+sequence layer computes ``gi`` for all time steps at once before its time loop, or, for
+cells that only sum ``gi`` and ``gh`` (LSTM, Elman), as part of one product per step
+(``_recurrent_loop``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,12 @@ Parameters carry PyTorch's names, layouts and gate orders, so a ``torch.nn.LSTM`
 
 How a sequence layer runs (chosen by measurement, see ``benchmarks/recurrent.py``):
 
-- the input projection ``x @ weight_ih.T + bias`` of every time step, and of both
-  directions, is one matrix product before the recurrence;
+- for GRU, and for layers with a projection (``proj_size``) or JAX's own derivative
+  (``custom_derivative=False``), the input projection ``x @ weight_ih.T + bias`` of
+  every time step, and of both directions, is one matrix product before the
+  recurrence; LSTM and Elman layers with the written-out derivative instead take one
+  product per step of ``[x_t, h_{t-1}]`` with ``[weight_ih, weight_hh]`` and store no
+  projection (``_recurrent_loop._fused_recurrence`` has the measurements);
 - the recurrence is one ``lax.scan`` over time for both directions at once (their
   states stacked on a leading axis), whose body holds only ``h @ weight_hh.T`` and the
   gate arithmetic, so compile time does not grow with sequence length;
