@@ -6,9 +6,12 @@ decoding cache) that every attention layer's projections wrap (``multihead.py``)
 Layouts. The functions take PyTorch's layout ``[batch..., heads, seq, head_dim]``.
 Internally everything runs in ``[batch, seq, heads, head_dim]``, the layout of
 ``jax.nn.dot_product_attention``, which is used wherever its semantics fit (float32,
-bfloat16 and float16 inputs without attention dropout), so GPUs get its fused kernels.
-It always takes the softmax in float32, so float64 inputs (``gradcheck``) and attention
-dropout take an explicit, numerically identical softmax path instead.
+bfloat16 and float16 inputs without attention dropout) on every platform but the CPU,
+so GPUs get its fused kernels. It always takes the softmax in float32, so float64
+inputs (``gradcheck``) and attention dropout take an explicit, numerically identical
+softmax path instead, and so does the CPU, where XLA runs that path faster (measured in
+``_attend_explicit``). The platform is chosen when the program is lowered
+(``jax.lax.platform_dependent``), so one traced function serves CPU and GPU.
 
 Masks. A boolean mask is ``True`` where a query may attend a key; a floating-point mask
 is added to the scores (``-inf`` forbids). A query row with nothing to attend (every
@@ -191,8 +194,18 @@ def _attend(
         mask = c if mask is None else mask & c
     fused = dropout_p == 0.0 and q.dtype != jnp.float64 and v.shape == k.shape
     if fused:
-        out = jax.nn.dot_product_attention(
-            q, k, v, bias=bias, mask=mask, scale=scale, is_causal=native_causal
+        # XLA:CPU runs the explicit form faster (see ``_attend_explicit``); elsewhere
+        # ``dot_product_attention`` picks the platform's fused kernels.
+        out = jax.lax.platform_dependent(
+            q,
+            k,
+            v,
+            cpu=lambda q, k, v: _attend_explicit(
+                q, k, v, mask, bias, native_causal, scale, 0.0, None, layer
+            ),
+            default=lambda q, k, v: jax.nn.dot_product_attention(
+                q, k, v, bias=bias, mask=mask, scale=scale, is_causal=native_causal
+            ),
         )
     else:
         out = _attend_explicit(q, k, v, mask, bias, native_causal, scale, dropout_p, key, layer)
@@ -204,10 +217,33 @@ def _attend(
 
 
 def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
+    """Scores, masks, softmax and the weighted sum written out: float64, attention
+    dropout, and the CPU. Without grouped-query heads the scores are one product into
+    torch's ``[B, N, T, S]`` layout, and the softmax's derivative is written out
+    (``_softmax``). On a 2-core AVX-512 CPU, forward and backward of causal attention
+    at ``[16, 128, 8, 32]`` took 6.3-6.7 ms this way against 9.5-9.9 ms for
+    ``jax.nn.dot_product_attention`` (whose derivative XLA:CPU fuses with the score
+    product's transpose into one slow kernel), 7.0-7.3 ms with ``jax.nn.softmax``, and
+    10.7 ms with the grouped ``[B, K, G, T, S]`` scores used for grouped-query heads."""
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
     g = n // kh
     ft = promote_float(q.dtype)
+    if g == 1:
+        logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=ft)
+        logits = logits * jnp.asarray(scale, ft)
+        if bias is not None:
+            logits = logits + bias.astype(ft)
+        if causal:
+            c = causal_mask(t, s)[None, None]
+            mask = c if mask is None else mask & c
+        if mask is not None:
+            logits = jnp.where(mask, logits, _large_negative(ft))
+        probs = _softmax(logits)
+        if dropout_p > 0.0:
+            need_key(layer, key)
+            probs = _dropout(probs, dropout_p, key, layer=layer)
+        return jnp.einsum("bnts,bsnh->btnh", probs.astype(v.dtype), v)
 
     def grouped(m):  # (B|1, N|1, T|1, S|1) -> (B|1, K|1, G|1, T|1, S|1)
         if m.shape[1] == 1:
@@ -230,6 +266,21 @@ def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
         probs = _dropout(probs, dropout_p, key, layer=layer)
     out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)
     return out.reshape(b, t, n, v.shape[-1])
+
+
+@jax.custom_jvp
+def _softmax(x: jax.Array) -> jax.Array:
+    """``jax.nn.softmax`` over the last axis, with its derivative ``y * (dx - sum(y *
+    dx))`` as the only rule: XLA:CPU runs the attention backward about 10% faster than
+    through ``jax.nn.softmax``'s own (see ``_attend_explicit``)."""
+    return jax.nn.softmax(x, axis=-1)
+
+
+@_softmax.defjvp
+def _softmax_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y = _softmax(x)
+    return y, y * (dx - jnp.sum(y * dx, axis=-1, keepdims=True))
 
 
 def scaled_dot_product_attention(

@@ -141,19 +141,42 @@ def test_fully_masked_rows_give_zeros_like_torch(torch, kind):
         np.testing.assert_allclose(out64, want.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_explicit_path_equals_fused_path():
-    """The fallback softmax path (dropout, float64) and jax.nn.dot_product_attention agree,
-    with GQA, a bias and a mask."""
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["one-kv-head-per-head", "grouped"])
+def test_explicit_path_equals_fused_path(kv_heads):
+    """The two implementations ``_attend`` picks between by platform (the explicit one on
+    the CPU, also for dropout and float64; ``jax.nn.dot_product_attention`` elsewhere)
+    agree in value and in every gradient, with a bias, a mask, causal or not, with one
+    key/value head per query head (``[B, N, T, S]`` scores, written-out softmax
+    derivative) and with grouped-query heads."""
     rng = np.random.default_rng(4)
-    q, k, v = _rand(rng, 2, 3, 4, 5), _rand(rng, 2, 6, 2, 5), _rand(rng, 2, 6, 2, 5)
+    q, k, v = _rand(rng, 2, 3, 4, 5), _rand(rng, 2, 6, kv_heads, 5), _rand(rng, 2, 6, kv_heads, 5)
     mask = jnp.asarray(rng.random((2, 4, 3, 6)) > 0.3)
     bias = jnp.asarray(_rand(rng, 1, 1, 3, 6))
-    for causal in (False, True):
-        # jax's own is_causal is top-left aligned; ours (end-aligned) as an explicit mask:
-        full = mask & causal_mask(3, 6)[None, None] if causal else mask
-        fused = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=full)
-        mine = _attend_explicit(q, k, v, mask, bias, causal, 1 / np.sqrt(5), 0.0, None, "t")
-        np.testing.assert_allclose(mine, fused, rtol=1e-5, atol=1e-6)
+    cot = jnp.asarray(_rand(rng, 2, 3, 4, 5))
+
+    def both(q, k, v, bias):
+        out = []
+        for causal in (False, True):
+            # jax's own is_causal is top-left aligned; ours (end-aligned) as an explicit mask:
+            full = mask & causal_mask(3, 6)[None, None] if causal else mask
+            for attend in (
+                lambda *a, full=full: jax.nn.dot_product_attention(*a[:3], bias=a[3], mask=full),
+                lambda *a, causal=causal: _attend_explicit(
+                    *a[:3], mask, a[3], causal, 1 / np.sqrt(5), 0.0, None, "t"
+                ),
+            ):
+                value, grads = jax.value_and_grad(
+                    lambda *a, attend=attend: jnp.sum(attend(*a) * cot), argnums=(0, 1, 2, 3)
+                )(q, k, v, bias)
+                out.append((attend(q, k, v, bias), value, grads))
+        return out
+
+    results = jax.jit(both)(q, k, v, bias)
+    for fused, mine in (results[:2], results[2:]):
+        np.testing.assert_allclose(mine[0], fused[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mine[1], fused[1], rtol=1e-5, atol=1e-5)
+        for g_mine, g_fused in zip(mine[2], fused[2], strict=True):
+            np.testing.assert_allclose(g_mine, g_fused, rtol=1e-4, atol=1e-5)
 
 
 def test_dropout_needs_key_and_is_reproducible():
