@@ -106,7 +106,13 @@ def markdown(data: dict) -> str:
         f"load average {meta['load_start']} at start, {meta['load_end']} at end, "
         f"{meta['wall_s']} s. Versions: "
         + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
-        + ".",
+        + "."
+        + (f" CPU: {meta['cpu']}." if meta.get("cpu") else "")
+        + (
+            " Environment: " + ", ".join(f"`{k}={v}`" for k, v in meta["environment"].items()) + "."
+            if meta.get("environment")
+            else ""
+        ),
         "",
         "### Training step, median ms (± IQR / median)",
         "",
@@ -116,7 +122,7 @@ def markdown(data: dict) -> str:
         "",
         _table(["workload", *impls, "purelayers / fastest peer"], _ratio_rows(data, impls)),
         "",
-        "### First call in a fresh process (trace + compile + first step), s",
+        "### First call in a fresh process (trace + compile + first step; median of the fresh processes), s",
         "",
         _table(
             ["workload", *impls],

@@ -14,7 +14,8 @@ copied by name) and must report the same initial loss. Measured:
   ``block_until_ready``. Each sample runs enough consecutive steps to last about
   ``--target-ms``; implementations take turns within every round (rotating order), so
   load changes hit all of them alike. Reported: median over rounds and the IQR.
-- first call: trace + compile + first step, in a fresh subprocess per implementation.
+- first call: trace + compile + first step, in fresh subprocesses per implementation
+  (``--fresh``, default 3; the median).
 - eager: one un-jitted forward pass (after a warm-up call), median.
 - memory: JAX: XLA's buffer assignment for the compiled step (argument + temp bytes);
   PyTorch: resident params and batch plus the growth of the RSS high-water mark over
@@ -34,6 +35,7 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -72,6 +74,29 @@ def make_runner(impl: str, w: workloads.Workload, flat: dict, x, y):
     return TorchRunner(model) if impl == "torch" else JaxRunner(model)
 
 
+_ENVIRONMENT = (
+    "GLIBC_TUNABLES",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "XLA_FLAGS",
+    "OMP_NUM_THREADS",
+)
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str | None:
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
 def _load() -> list[float]:
     return [round(v, 2) for v in os.getloadavg()]
 
@@ -99,6 +124,20 @@ def first_call_subprocess(impl: str, workload: str, quick: bool) -> dict[str, An
     if done.returncode or not lines:
         return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(lines[-1])
+
+
+def _median_first_call(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fresh processes' figures, each the median over the runs (the first error, if
+    any run failed). One compile in a fresh process varies by 10-20% here."""
+    errors = [r for r in runs if "error" in r]
+    if errors:
+        return errors[0]
+    out = dict(runs[0])
+    for k, v in out.items():
+        if isinstance(v, float):
+            out[k] = statistics.median(r[k] for r in runs)
+    out["processes"] = len(runs)
+    return out
 
 
 # -- one workload -----------------------------------------------------------------------------
@@ -163,7 +202,9 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
             if "error" in out[impl]:
                 continue
             if args.first_call == "subprocess":
-                fc = first_call_subprocess(impl, name, args.quick)
+                fc = _median_first_call(
+                    [first_call_subprocess(impl, name, args.quick) for _ in range(args.fresh)]
+                )
             else:
                 fc = child(impl, name, args.quick)
             out[impl].update({k if k == "error" else f"fresh_{k}": v for k, v in fc.items()})
@@ -199,6 +240,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-eager", action="store_true", help="skip the eager forward timing")
     p.add_argument("--target-ms", type=float, default=200.0, help="duration of one sample")
+    p.add_argument(
+        "--fresh",
+        type=int,
+        default=3,
+        help="fresh processes per first-call measurement, their median reported (default 3)",
+    )
     p.add_argument("--json", type=Path, default=None, help="default benchmarks/results/<time>.json")
     p.add_argument("--markdown", type=Path, default=None, help="also write the report here")
     p.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
@@ -241,6 +288,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "versions": report.versions(impls),
         "devices": [str(d) for d in jax.devices()],
+        "cpu": _cpu_model(),
+        # process settings that change the figures (allocator, huge pages, XLA, threads)
+        "environment": {k: os.environ[k] for k in _ENVIRONMENT if k in os.environ},
+        "transparent_hugepage": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
     }
     t0 = time.perf_counter()
     path = args.json

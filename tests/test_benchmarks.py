@@ -85,3 +85,16 @@ def test_repeat_benchmark_smoke(tmp_path):
     }
     assert all(r["peak_mib"] > 0 and r["compile_s"] > 0 for r in out["rows"])
     assert set(out["ratios"]) == stacks
+
+
+def test_first_call_figures_are_the_median_of_the_fresh_processes():
+    """Three processes' figures, field by field: the medians of (1, 3, 2) and (9, 7, 8) are
+    2 and 8; a failed process's error is reported instead of a median."""
+    runs = [
+        {"first_call_s": 1.0, "compile_s": 9.0, "peak_mb": 5.0},
+        {"first_call_s": 3.0, "compile_s": 7.0, "peak_mb": 5.0},
+        {"first_call_s": 2.0, "compile_s": 8.0, "peak_mb": 5.0},
+    ]
+    got = run._median_first_call(runs)
+    assert got == {"first_call_s": 2.0, "compile_s": 8.0, "peak_mb": 5.0, "processes": 3}
+    assert run._median_first_call([*runs, {"error": "boom"}]) == {"error": "boom"}
