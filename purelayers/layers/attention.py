@@ -219,39 +219,33 @@ def _attend(
 def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
     """Scores, masks, softmax and the weighted sum written out: float64, attention
     dropout, and the CPU. Without grouped-query heads the scores are one product into
-    torch's ``[B, N, T, S]`` layout, and the softmax's derivative is written out
-    (``_softmax``). On a 2-core AVX-512 CPU, forward and backward of causal attention
-    at ``[16, 128, 8, 32]`` took 6.3-6.7 ms this way against 9.5-9.9 ms for
-    ``jax.nn.dot_product_attention`` (whose derivative XLA:CPU fuses with the score
-    product's transpose into one slow kernel), 7.0-7.3 ms with ``jax.nn.softmax``, and
-    10.7 ms with the grouped ``[B, K, G, T, S]`` scores used for grouped-query heads."""
+    torch's ``[B, N, T, S]`` layout (grouped: ``[B, K, G, T, S]``), and the softmax's
+    derivative is written out (``_softmax``). On a 2-core AVX-512 CPU, forward and
+    backward of causal attention at ``[16, 128, 8, 32]`` took 6.3-6.7 ms this way against
+    9.5-9.9 ms for ``jax.nn.dot_product_attention`` (whose derivative XLA:CPU fuses with
+    the score product's transpose into one slow kernel), 7.0-7.3 ms with
+    ``jax.nn.softmax``, and 10.7 ms with the grouped layout for ungrouped heads."""
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
     g = n // kh
     ft = promote_float(q.dtype)
+    if dropout_p > 0.0:
+        need_key(layer, key)
     if g == 1:
-        logits = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=ft)
-        logits = logits * jnp.asarray(scale, ft)
-        if bias is not None:
-            logits = logits + bias.astype(ft)
-        if causal:
-            c = causal_mask(t, s)[None, None]
-            mask = c if mask is None else mask & c
-        if mask is not None:
-            logits = jnp.where(mask, logits, _large_negative(ft))
-        probs = _softmax(logits)
-        if dropout_p > 0.0:
-            need_key(layer, key)
-            probs = _dropout(probs, dropout_p, key, layer=layer)
-        return jnp.einsum("bnts,bsnh->btnh", probs.astype(v.dtype), v)
+        qg, scores, mix = q, "btnh,bsnh->bnts", "bnts,bsnh->btnh"
 
-    def grouped(m):  # (B|1, N|1, T|1, S|1) -> (B|1, K|1, G|1, T|1, S|1)
-        if m.shape[1] == 1:
-            return m.reshape(m.shape[0], 1, 1, *m.shape[2:])
-        return m.reshape(m.shape[0], kh, g, *m.shape[2:])
+        def grouped(m):
+            return m
 
-    qg = q.reshape(b, t, kh, g, h)
-    logits = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=ft)
+    else:
+        qg, scores, mix = q.reshape(b, t, kh, g, h), "btkgh,bskh->bkgts", "bkgts,bskh->btkgh"
+
+        def grouped(m):  # (B|1, N|1, T|1, S|1) -> (B|1, K|1, G|1, T|1, S|1)
+            if m.shape[1] == 1:
+                return m.reshape(m.shape[0], 1, 1, *m.shape[2:])
+            return m.reshape(m.shape[0], kh, g, *m.shape[2:])
+
+    logits = jnp.einsum(scores, qg, k, preferred_element_type=ft)
     logits = logits * jnp.asarray(scale, ft)
     if bias is not None:
         logits = logits + grouped(bias).astype(ft)
@@ -260,11 +254,10 @@ def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
         mask = c if mask is None else mask & c
     if mask is not None:
         logits = jnp.where(grouped(mask), logits, _large_negative(ft))
-    probs = jax.nn.softmax(logits, axis=-1)
+    probs = _softmax(logits)
     if dropout_p > 0.0:
-        need_key(layer, key)
         probs = _dropout(probs, dropout_p, key, layer=layer)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)
+    out = jnp.einsum(mix, probs.astype(v.dtype), v)
     return out.reshape(b, t, n, v.shape[-1])
 
 
