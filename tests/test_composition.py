@@ -309,6 +309,26 @@ def test_repeat_equals_unrolled_sequential_prefill_and_decode():
     np.testing.assert_array_equal(cache["length"], [6] * n)
 
 
+def test_repeat_unstack_gives_each_block_its_slice_in_block_order():
+    """Twelve blocks: ``unstack`` (one compiled copy) lists ``"0"`` .. ``"11"`` in block
+    order, not the sorted order a compiled function's dict comes back in (``"10"`` before
+    ``"2"``), each holding its slice of the stacked arrays; the cache likewise."""
+    block, n, shape = _llama_block(), 12, (2, 6, 16)
+    rep = L.Repeat(block, n)
+    params = rep.init(jax.random.key(3), shape)
+    blocks = rep.unstack(params)
+    assert list(blocks) == [str(i) for i in range(n)]
+    assert set(P.flatten(blocks)) == set(P.flatten(params))
+    for i in (0, 2, 10, 11):
+        jax.tree.map(
+            lambda a, b, i=i: np.testing.assert_array_equal(a, b[i]),
+            blocks[str(i)],
+            rep._blocks(params, "params"),
+        )
+    caches = rep.unstack_cache(rep.init_cache((2, 8, 16)))
+    assert list(caches) == [str(i) for i in range(n)]
+
+
 def test_repeat_loads_torch_sequential_of_blocks(torch):
     tm = _randomize(torch, torch.nn.Sequential(*[twins.block(torch, 8, 2) for _ in range(3)]))
     rep = L.Repeat(L.TransformerBlock(2), 3)

@@ -382,7 +382,14 @@ class Repeat(Layer):
         return out, Stacked(new_state, self.n) if new_state is not None else state
 
 
-@functools.partial(jax.jit, static_argnums=0)
 def _split(n: int, stacked: Any) -> dict[str, Any]:
-    """``stacked``'s leaves split along their leading axis into ``n`` per-block trees."""
-    return {str(i): jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(n)}
+    """``stacked``'s leaves split along their leading axis into ``n`` per-block trees,
+    ``{"0": ..., "1": ..., ...}`` in block order (a jitted function's dict output comes
+    back with sorted keys, ``"10"`` before ``"2"``)."""
+    blocks = _split_blocks(n, stacked)
+    return {str(i): block for i, block in enumerate(blocks)}
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _split_blocks(n: int, stacked: Any) -> list[Any]:
+    return [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(n)]
