@@ -28,6 +28,7 @@ from purelayers.layers import parametrize as _parametrize
 from purelayers.layers import pool as _pool
 from purelayers.layers import recurrent as _recurrent
 from purelayers.layers import repeat as _repeat
+from purelayers.layers import rotary as _rotary
 from purelayers.layers import shape as _shape
 from purelayers.layers import shuffle as _shuffle
 from purelayers.layers import thresholds as _thresholds
@@ -85,9 +86,7 @@ from purelayers.layers.activation import (
 )
 from purelayers.layers.attention import (
     AttentionCore,
-    RotaryEmbedding,
     causal_mask,
-    rotary_embedding,
     scaled_dot_product_attention,
 )
 from purelayers.layers.bilinear import (
@@ -224,6 +223,10 @@ from purelayers.layers.repeat import (
     Remat,
     Repeat,
 )
+from purelayers.layers.rotary import (
+    RotaryEmbedding,
+    rotary_embedding,
+)
 from purelayers.layers.shape import (
     Unflatten,
 )
@@ -291,6 +294,7 @@ __all__ = [
     *_pool.__all__,
     *_recurrent.__all__,
     *_repeat.__all__,
+    *_rotary.__all__,
     *_shape.__all__,
     *_shuffle.__all__,
     *_thresholds.__all__,

@@ -16,9 +16,10 @@ import jax.numpy as jnp
 from purelayers.init import Initializer, xavier_normal, xavier_uniform, zeros
 from purelayers.layers._checks import LayerError, as_shape, check_float, check_int, config_error
 from purelayers.layers._mha_options import append_kv, attend_with_weights
-from purelayers.layers.attention import AttentionCore, RotaryEmbedding, _need_even
+from purelayers.layers.attention import AttentionCore
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import Linear, linear
+from purelayers.layers.rotary import RotaryEmbedding, _need_even
 
 __all__ = ["Attention", "InProjAttention", "MultiHeadAttention"]
 
