@@ -59,27 +59,24 @@ def run_layer(
             (w, b, (*r, params["weight_hr" + suffix(layer_index, d)].astype(dtype)))
             for d, (w, b, r) in enumerate(parts)
         ]
+    recurrent = tuple(_joined([p[2][j] for p in parts]) for j in range(len(parts[0][2])))
+    state = tuple(s[0] for s in state0) if directions == 1 else state0
+    unroll = min(unroll, max(steps, 1))
     if kind.linearized is not None and custom_derivative and not kind.inner and not proj:
-        return _run_fused(kind, parts, directions, x, state0, lengths, unroll)
+        # the input projection inside the loop (``_fused_recurrence``)
+        xs = x if directions == 1 else jnp.stack([x, _reverse_time(x, lengths)], axis=1)
+        w_ih = _joined([p[0] for p in parts])
+        final, ys = _fused_recurrence(kind, unroll, xs, state, w_ih, *recurrent, lengths)
+        return _outputs(ys, final, directions, lengths)
     w_ih = jnp.concatenate([p[0] for p in parts], axis=0)  # (D * G, I)
     gi = hmm(x, w_ih)  # every step, every direction: one product
     if parts[0][1] is not None:
         b_in = jnp.concatenate([p[1] for p in parts], axis=0)
         gi = gi + b_in.reshape(1, 1, -1)
-    gates = gi.shape[-1] // directions
-    if directions == 1:
-        recurrent = parts[0][2]
-        state = tuple(s[0] for s in state0)
-    else:
-        gi = gi.reshape(steps, batch, directions, gates)
+    if directions == 2:
+        gi = gi.reshape(steps, batch, directions, gi.shape[-1] // directions)
         gi = jnp.stack([gi[:, :, 0], _reverse_time(gi[:, :, 1], lengths)], axis=1)
-        recurrent = tuple(
-            None if parts[0][2][j] is None else _stack_dirs([p[2][j] for p in parts])
-            for j in range(len(parts[0][2]))
-        )
-        state = state0
 
-    unroll = min(unroll, max(steps, 1))
     if proj:
         final, ys, _ = _scan(
             lambda g, st, r: (*projected_step(kind, g, st, r), None),
@@ -108,22 +105,6 @@ def _outputs(ys, final, directions: int, lengths):
     rev = _reverse_time(ys[:, 1], lengths)
     out = jnp.concatenate([ys[:, 0], rev], axis=-1)
     return out, final
-
-
-def _run_fused(kind, parts, directions: int, x, state0, lengths, unroll: int):
-    """``run_layer`` for LSTM and Elman layers with the written-out derivative: the
-    input projection inside the loop (``_fused_recurrence``)."""
-    unroll = min(unroll, max(x.shape[0], 1))
-    if directions == 1:
-        w_ih, (w_hh, b) = parts[0][0], parts[0][2]
-        xs, state = x, tuple(s[0] for s in state0)
-    else:
-        w_ih = _stack_dirs([p[0] for p in parts])
-        w_hh = _stack_dirs([p[2][0] for p in parts])
-        b = None if parts[0][2][1] is None else _stack_dirs([p[2][1] for p in parts])
-        xs, state = jnp.stack([x, _reverse_time(x, lengths)], axis=1), state0
-    final, ys = _fused_recurrence(kind, unroll, xs, state, w_ih, w_hh, b, lengths)
-    return _outputs(ys, final, directions, lengths)
 
 
 def _mask(new: tuple, h: jax.Array, old: tuple, t: jax.Array, lengths: jax.Array | None):
@@ -274,9 +255,12 @@ def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     return (final, ys), (d_final, d_ys)
 
 
-def _stack_dirs(arrays: list[jax.Array]) -> jax.Array:
-    """Per-direction arrays stacked on a leading axis (biases become ``(D, 1, G)``)."""
-    return jnp.stack(arrays)
+def _joined(arrays: list[jax.Array | None]) -> jax.Array | None:
+    """One direction's array, or the directions' arrays stacked on a leading axis (biases
+    become ``(D, 1, G)``); ``None`` (no bias) stays ``None``."""
+    if arrays[0] is None:
+        return None
+    return arrays[0] if len(arrays) == 1 else jnp.stack(arrays)
 
 
 def suffix(layer: int, direction: int) -> str:
