@@ -170,8 +170,10 @@ CASES = [
          lambda t: twins.block(t, 8, 2, llama=True, hidden=12, eps=1e-6, attn=twins.attention(
              t, "separate", 8, 2, out_bias=False, causal=True)), rtol=1e-4, gradcheck=(1, 3, 8)),
     Case("Repeat", lambda: L.Repeat(L.TransformerBlock(2), 3), (2, 5, 8), (2, 5, 8),
+         # three blocks deep: torch's own float32 gradients are up to 1.2e-5 from its float64
+         # ones here, so the two float32 sides differ by more than the default atol 1e-5
          lambda t: t.nn.Sequential(*[twins.block(t, 8, 2) for _ in range(3)]), rtol=1e-4,
-         gradcheck=(1, 2, 4)),
+         atol=5e-5, gradcheck=(1, 2, 4)),
     Case("Tied", lambda: L.Tied(L.Sequential({"emb": L.Embedding(7, 4), "head": L.Linear(7, bias=False)}),
                                 {"head.weight": "emb.weight"}), (2, 5), (2, 5, 7),
          lambda t: twins.tied_lm(t, 7, 4), ids=7),
