@@ -57,10 +57,11 @@ class JaxRunner:
     first call.
     """
 
-    def __init__(self, model: JaxModel):
+    def __init__(self, model: JaxModel, xla_options: dict[str, str] | None = None):
         import optax
 
         self.model = model
+        self.xla_options = dict(xla_options or {})
         opt = optax.adam(LEARNING_RATE)
 
         def loss(params, x, y):
@@ -97,7 +98,7 @@ class JaxRunner:
         t0 = time.perf_counter()
         lowered = self._jit_step.lower(self.params, self.opt_state, self.x, self.y)
         t1 = time.perf_counter()
-        self.compiled = lowered.compile()
+        self.compiled = lowered.compile(self.xla_options) if self.xla_options else lowered.compile()
         self.timings.update(trace_s=t1 - t0, compile_s=time.perf_counter() - t1)
 
     def memory_mb(self) -> dict[str, float]:

@@ -112,6 +112,13 @@ def markdown(data: dict) -> str:
             " Environment: " + ", ".join(f"`{k}={v}`" for k, v in meta["environment"].items()) + "."
             if meta.get("environment")
             else ""
+        )
+        + (
+            " XLA compiler options of every JAX step: "
+            + ", ".join(f"`{k}={v}`" for k, v in meta["xla_options"].items())
+            + "."
+            if meta.get("xla_options")
+            else ""
         ),
         "",
         "### Training step, median ms (± IQR / median)",

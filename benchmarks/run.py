@@ -5,6 +5,8 @@ Equinox, Haiku and PyTorch on four workloads (see ``benchmarks/workloads.py``).
     python -m benchmarks.run --quick                # tiny shapes, 1 repeat: smoke test
     python -m benchmarks.run --workloads mlp cnn --impls purelayers jax torch --repeats 20
     python -m benchmarks.run --precision bf16 --workloads mlp transformer
+    python -m benchmarks.run --workloads cnn --xla-option \
+        xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE
 
 For each workload every implementation starts from the same weights (purelayers' params
 copied by name) and must report the same initial loss. Measured:
@@ -66,12 +68,16 @@ def available(name: str) -> bool:
     return package is None or importlib.util.find_spec(package) is not None
 
 
-def make_runner(impl: str, w: workloads.Workload, flat: dict, x, y):
+def make_runner(
+    impl: str, w: workloads.Workload, flat: dict, x, y, xla_options: dict[str, str] | None = None
+):
+    """The implementation's runner; ``xla_options`` are compiler options for every JAX
+    step (``jax.stages.Lowered.compile``), and do not touch PyTorch."""
     from benchmarks.harness import JaxRunner, TorchRunner
 
     module, builder, _ = IMPLS[impl]
     model = getattr(importlib.import_module(module), builder)(w, flat, x, y)
-    return TorchRunner(model) if impl == "torch" else JaxRunner(model)
+    return TorchRunner(model) if impl == "torch" else JaxRunner(model, xla_options)
 
 
 _ENVIRONMENT = (
@@ -104,17 +110,23 @@ def _load() -> list[float]:
 # -- fresh-process measurement --------------------------------------------------------------
 
 
-def child(impl: str, workload: str, quick: bool) -> dict[str, Any]:
+def child(
+    impl: str, workload: str, quick: bool, xla_options: dict[str, str] | None = None
+) -> dict[str, Any]:
     """First call and memory of one implementation, measured in this process."""
     w = workloads.get(workload, quick=quick)
     x, y = w.data()
-    runner = make_runner(impl, w, w.flat_params(), x, y)
+    runner = make_runner(impl, w, w.flat_params(), x, y, xla_options)
     return runner.first_call()
 
 
-def first_call_subprocess(impl: str, workload: str, quick: bool) -> dict[str, Any]:
+def first_call_subprocess(
+    impl: str, workload: str, quick: bool, xla_options: dict[str, str] | None = None
+) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.run", "--child", impl, workload]
     cmd += ["--quick"] if quick else []
+    for k, v in (xla_options or {}).items():
+        cmd += ["--xla-option", f"{k}={v}"]
     root = Path(__file__).resolve().parent.parent
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
@@ -153,7 +165,7 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
     runners = {}
     for impl in impls:
         try:
-            runners[impl] = make_runner(impl, w, flat, x, y)
+            runners[impl] = make_runner(impl, w, flat, x, y, args.xla_options)
         except Exception as e:  # one library failing must not lose the others' figures
             out[impl] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {name}/{impl}: failed to build: {e}", file=sys.stderr)
@@ -203,10 +215,13 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
                 continue
             if args.first_call == "subprocess":
                 fc = _median_first_call(
-                    [first_call_subprocess(impl, name, args.quick) for _ in range(args.fresh)]
+                    [
+                        first_call_subprocess(impl, name, args.quick, args.xla_options)
+                        for _ in range(args.fresh)
+                    ]
                 )
             else:
-                fc = child(impl, name, args.quick)
+                fc = child(impl, name, args.quick, args.xla_options)
             out[impl].update({k if k == "error" else f"fresh_{k}": v for k, v in fc.items()})
     return out
 
@@ -248,8 +263,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, default=None, help="default benchmarks/results/<time>.json")
     p.add_argument("--markdown", type=Path, default=None, help="also write the report here")
+    p.add_argument(
+        "--xla-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an XLA compiler option for every JAX implementation's step (repeatable), "
+        "e.g. xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT",
+    )
     p.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.xla_options = {}
+    for item in args.xla_option:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--xla-option takes NAME=VALUE, got {item!r}")
+        args.xla_options[name] = value
     if args.repeats is None:
         args.repeats = 1 if args.quick else 10
     if args.first_call is None:
@@ -262,7 +291,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if args.child:
-        print(json.dumps(child(*args.child, args.quick)))
+        print(json.dumps(child(*args.child, args.quick, args.xla_options)))
         return {}
     names = args.workloads or list(workloads.WORKLOADS)
     impls = args.impls or [
@@ -291,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpu": _cpu_model(),
         # process settings that change the figures (allocator, huge pages, XLA, threads)
         "environment": {k: os.environ[k] for k in _ENVIRONMENT if k in os.environ},
+        "xla_options": args.xla_options,
         "transparent_hugepage": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
     }
     t0 = time.perf_counter()

@@ -66,7 +66,26 @@ def test_quick_run_of_every_implementation_writes_json_and_table(tmp_path, capsy
     assert "purelayers / fastest peer" in text and text.strip() == md.read_text().strip()
 
 
+def test_xla_options_reach_every_compiled_step_and_the_report(tmp_path):
+    """``xla_dump_to`` makes XLA write the modules it compiles: files appear only if the
+    option reached the compiler, in this process and in a fresh one."""
+    here, fresh = tmp_path / "here", tmp_path / "fresh"
+    data = run.main(
+        ["--quick", "--workloads", "mlp", "--impls", "purelayers", "--first-call", "off"]
+        + ["--no-eager", "--xla-option", f"xla_dump_to={here}"]
+        + ["--json", str(tmp_path / "opt.json")]
+    )
+    assert data["meta"]["xla_options"] == {"xla_dump_to": str(here)}
+    assert f"`xla_dump_to={here}`" in report.markdown(data)
+    assert any("step" in f.name for f in here.iterdir())
+    fc = run.first_call_subprocess("purelayers", "mlp", True, {"xla_dump_to": str(fresh)})
+    assert "error" not in fc, fc
+    assert any("step" in f.name for f in fresh.iterdir())
+
+
 def test_rejects_bad_arguments():
+    with pytest.raises(SystemExit):
+        run.parse(["--xla-option", "no_value"])
     with pytest.raises(SystemExit):
         run.parse(["--repeats", "0"])
     with pytest.raises(SystemExit):
