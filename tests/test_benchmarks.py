@@ -71,9 +71,11 @@ def test_xla_options_reach_every_compiled_step_and_the_report(tmp_path):
     option reached the compiler, in this process and in a fresh one."""
     here, fresh = tmp_path / "here", tmp_path / "fresh"
     data = run.main(
-        ["--quick", "--workloads", "mlp", "--impls", "purelayers", "--first-call", "off"]
-        + ["--no-eager", "--xla-option", f"xla_dump_to={here}"]
-        + ["--json", str(tmp_path / "opt.json")]
+        [
+            *("--quick", "--workloads", "mlp", "--impls", "purelayers", "--first-call", "off"),
+            *("--no-eager", "--xla-option", f"xla_dump_to={here}"),
+            *("--json", str(tmp_path / "opt.json")),
+        ]
     )
     assert data["meta"]["xla_options"] == {"xla_dump_to": str(here)}
     assert f"`xla_dump_to={here}`" in report.markdown(data)
