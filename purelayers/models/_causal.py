@@ -172,7 +172,20 @@ class CausalLM(Layer):
         cache: Any = None,
         key: jax.Array | None = None,
         train: bool = False,
+        logits_to_keep: int = 0,
     ):
+        """Logits ``(batch, seq, vocab)`` for ``input_ids`` ``(batch, seq)`` (with a
+        ``cache``: ``(logits, cache)``). ``logits_to_keep``, as transformers': ``0``
+        keeps every position, ``n > 0`` only the last ``n`` (the head's product runs on
+        those alone: a prompt's prefill needs only its last position)."""
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int):
+            raise ValueError(
+                f"{type(self).__name__}: logits_to_keep must be an int >= 0, got {logits_to_keep!r}"
+            )
+        if logits_to_keep < 0:
+            raise ValueError(
+                f"{type(self).__name__}: logits_to_keep must be >= 0, got {logits_to_keep}"
+            )
         out = self.call(
             self.base_model_prefix,
             params,
@@ -184,6 +197,8 @@ class CausalLM(Layer):
             train=train,
         )
         h, new_cache = out if cache is not None else (out, None)
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
         if self.tied:
             weight = params[self.base_model_prefix]
             for part in self.embedding_name.split("."):

@@ -93,7 +93,9 @@ class _Rule:
 # and the token stays on the device; the host only reads what it reports.
 @functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(5,))
 def _prefill(model, rule, params, ids, slot_mask, cache, key, finished):
-    logits, cache = model.apply(params, ids, attention_mask=slot_mask, cache=cache)
+    logits, cache = model.apply(
+        params, ids, attention_mask=slot_mask, cache=cache, logits_to_keep=1
+    )
     token, finished = rule.next(logits[:, -1], key, 0, finished)
     return token, finished, cache
 

@@ -127,6 +127,28 @@ def test_names_logits_and_gradients_match_transformers(torch, transformers, case
         )
 
 
+@pytest.mark.parametrize("case", ["gpt2", "llama-tied"])
+def test_logits_to_keep_equals_transformers_and_the_last_positions(torch, transformers, case):
+    """``logits_to_keep=n`` gives the last ``n`` positions of the full logits, as
+    transformers' argument of that name does; 0 keeps all; bad values name it."""
+    kind, overrides = CASES[case]
+    hf = _reference(torch, transformers, kind, **overrides)
+    model, params = _ours(hf)
+    ids = np.random.default_rng(3).integers(0, VOCAB, (2, 7))
+    full = np.asarray(model.apply(params, ids))
+    assert full.shape == (2, 7, VOCAB)
+    np.testing.assert_array_equal(np.asarray(model.apply(params, ids, logits_to_keep=0)), full)
+    for n in (1, 3):
+        ours = np.asarray(model.apply(params, ids, logits_to_keep=n))
+        assert ours.shape == (2, n, VOCAB)
+        np.testing.assert_allclose(ours, full[:, -n:], rtol=1e-6, atol=1e-6)
+        ref = hf(torch.tensor(ids), logits_to_keep=n).logits.detach().numpy()
+        np.testing.assert_allclose(ours, ref, atol=2e-5)
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match="logits_to_keep"):
+            model.apply(params, ids, logits_to_keep=bad)
+
+
 @pytest.mark.parametrize("case", ["gpt2", "mistral-window"])
 def test_cached_decoding_equals_the_full_forward(torch, transformers, case):
     """A prompt prefilled into the cache, then one token at a time: the logits of the
