@@ -978,6 +978,10 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^LlamaConfig: rope_type must be 'default' or 'llama3', got 'yarn'$"),
     ("qwen2-sliding", lambda: __import__("purelayers.models", fromlist=["x"]).Qwen2Config(use_sliding_window=True), ValueError,
      r"^Qwen2Config: use_sliding_window=True is not supported$"),
+    ("lm-logits-to-keep", lambda: jax.eval_shape(
+        lambda p: _gpt2().apply(p, np.zeros((1, 3), np.int32), logits_to_keep=-1),
+        pl.params.abstract(_gpt2(), (1, 1))), ValueError,
+     r"^GPT2LMHeadModel: logits_to_keep must be an integer >= 0, got -1$"),
     ("generate-ids-rank", lambda: _generate(ids=np.zeros(3, np.int32)), ValueError,
      r"^generate: input_ids must be \(batch, prompt\), got shape \(3,\)$"),
     ("generate-max-new-tokens", lambda: _generate(max_new_tokens=0), ValueError,

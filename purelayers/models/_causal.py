@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
-from purelayers.layers._checks import as_shape, need_key
+from purelayers.layers._checks import as_shape, check_int, need_key
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 
@@ -178,14 +178,7 @@ class CausalLM(Layer):
         ``cache``: ``(logits, cache)``). ``logits_to_keep``, as transformers': ``0``
         keeps every position, ``n > 0`` only the last ``n`` (the head's product runs on
         those alone: a prompt's prefill needs only its last position)."""
-        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int):
-            raise ValueError(
-                f"{type(self).__name__}: logits_to_keep must be an int >= 0, got {logits_to_keep!r}"
-            )
-        if logits_to_keep < 0:
-            raise ValueError(
-                f"{type(self).__name__}: logits_to_keep must be >= 0, got {logits_to_keep}"
-            )
+        check_int(type(self).__name__, "logits_to_keep", logits_to_keep, minimum=0)
         out = self.call(
             self.base_model_prefix,
             params,
