@@ -9,8 +9,9 @@ on an AVX2 CPU it took the training step from 174 to 160 ms, on an AVX-512 one (
 Zen 5) XLA's own is faster, 47 -> 40 ms, with 40% fewer temporaries (67 -> 40 MiB) and
 half the compile time (1.0-1.4 -> 0.6 s), so XLA's is used. Patch extraction plus one
 matrix product (im2col) is slower than XLA's CPU convolution for the forward pass
-(``python -m benchmarks.conv_im2col``). Parameters use PyTorch's names and layouts, so
-a torch ``state_dict`` loads by name.
+(``python -m benchmarks.conv_im2col``), except for a 2-d convolution of a single input
+channel with a small kernel (``_one_channel_conv``). Parameters use PyTorch's names and
+layouts, so a torch ``state_dict`` loads by name.
 
 Convolution (``ConvNd``), as ``torch.nn.ConvNd``::
 
@@ -192,18 +193,68 @@ def conv_nd(
     dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else weight.dtype
     x, weight = x.astype(dtype), weight.astype(dtype)
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
-    y = lax.conv_general_dilated(
-        x,
-        weight,
-        window_strides=tuple(stride),
-        padding=pads,
-        lhs_dilation=None if lhs_dilation is None else tuple(lhs_dilation),
-        rhs_dilation=tuple(dilation),
-        feature_group_count=groups,
-    )
+    one_channel = x.ndim == 4 and groups == 1 and weight.shape[1] == 1
+    if one_channel and lhs_dilation is None and weight[0, 0].size <= _ONE_CHANNEL_TAPS:
+        y = _one_channel_conv(x, weight, tuple(stride), pads, tuple(dilation))
+    else:
+        y = lax.conv_general_dilated(
+            x,
+            weight,
+            window_strides=tuple(stride),
+            padding=pads,
+            lhs_dilation=None if lhs_dilation is None else tuple(lhs_dilation),
+            rhs_dilation=tuple(dilation),
+            feature_group_count=groups,
+        )
     if bias is not None:
         y = y + broadcast_to_axis(bias.astype(dtype), y.ndim, 1)
     return y
+
+
+_ONE_CHANNEL_TAPS = 25  # kernels up to 5x5
+
+
+def _one_channel_conv(
+    x: jax.Array,
+    weight: jax.Array,
+    stride: tuple[int, int],
+    pads: Pads,
+    dilation: tuple[int, int],
+) -> jax.Array:
+    """A 2-d convolution of one input channel as patches and one product: ``x`` ``(N,
+    1, H, W)``, ``weight`` ``(O, 1, kh, kw)`` -> ``(N, O, Ho, Wo)``.
+
+    The ``kh * kw`` shifted (strided, dilated) views of the padded input stacked last
+    are ``(N, Ho, Wo, kh * kw)`` patches, multiplied by the ``(kh * kw, O)`` weight;
+    derivatives are XLA's of those two steps. XLA:CPU's convolution kernels are slow
+    with one input channel: the CNN benchmark's first convolution (``[128, 1, 28, 28]``,
+    3x3, 32 outputs) forward 5.5 -> 3.0 ms, weight gradient a tie (2.3 ms), the
+    training step 74.4 -> 69.4 ms (Intel Xeon, AVX-512; in-process A/B) and 42.4 ->
+    40.4 ms on an AMD Zen 5; a 5x5 kernel with 16 outputs forward 4.3 -> 2.7 ms, weight
+    gradient 1.9 -> 2.5 ms. With three input channels (27 taps) patches lose (a tie to
+    2.6x slower), hence one channel and at most 25 taps."""
+    n = x.shape[0]
+    kh, kw = weight.shape[2:]
+    xp = lax.pad(x[:, 0], jnp.zeros((), x.dtype), [(0, 0, 0), (*pads[0], 0), (*pads[1], 0)])
+    ho = (xp.shape[1] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (xp.shape[2] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    taps = [
+        lax.slice(
+            xp,
+            (0, i * dilation[0], j * dilation[1]),
+            (
+                n,
+                i * dilation[0] + stride[0] * (ho - 1) + 1,
+                j * dilation[1] + stride[1] * (wo - 1) + 1,
+            ),
+            (1, *stride),
+        )
+        for i in range(kh)
+        for j in range(kw)
+    ]
+    patches = jnp.stack(taps, axis=-1)  # (N, Ho, Wo, kh * kw)
+    y = lax.dot_general(patches, weight.reshape(weight.shape[0], kh * kw), (((3,), (1,)), ((), ())))
+    return jnp.transpose(y, (0, 3, 1, 2))
 
 
 def _pad_input(layer: str, x: jax.Array, pads: Pads, mode: str) -> jax.Array:

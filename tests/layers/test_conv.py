@@ -164,6 +164,47 @@ def test_conv2d_parity_property(torch, k, stride, padding, dilation, groups, ext
     assert_parity(torch, layer, (2, groups, *spatial))
 
 
+@pytest.mark.parametrize(
+    "kernel, stride, pads, dilation",
+    [
+        ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
+        ((5, 5), (2, 1), ((2, 0), (1, 3)), (1, 2)),
+        ((1, 4), (3, 2), ((-1, 2), (0, -1)), (2, 1)),  # negative pads crop
+    ],
+)
+def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilation):
+    """One input channel and at most 25 taps take the patches path (``_one_channel_conv``):
+    the same outputs and gradients (input, weight, bias) as ``lax.conv_general_dilated``;
+    36 taps stay on XLA's convolution."""
+    from purelayers.layers import conv
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 1, 11, 12))
+    w = rng.standard_normal((4, 1, *kernel))
+    b = rng.standard_normal(4)
+
+    def ours(x, w, b):
+        kw = dict(stride=stride, padding=pads, dilation=dilation, groups=1)
+        return conv.conv_nd(x, w, b, **kw)
+
+    def xla(x, w, b):
+        y = jax.lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dilation)
+        return y + b[None, :, None, None]
+
+    def grads(f):
+        y, vjp = jax.vjp(f, x, w, b)
+        return y, vjp(np.cos(np.arange(y.size)).reshape(y.shape))
+
+    with jax.enable_x64(True):
+        assert "dot_general" in str(jax.make_jaxpr(ours)(x, w, b))
+        (y1, g1), (y2, g2) = grads(ours), grads(xla)
+        np.testing.assert_allclose(y1, y2, rtol=1e-12, atol=1e-12)
+        for a, c in zip(g1, g2, strict=True):
+            np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
+        big = rng.standard_normal((4, 1, 6, 6))
+        assert "conv_general_dilated" in str(jax.make_jaxpr(ours)(x, big, b))
+
+
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(
     k=st.tuples(st.integers(1, 4), st.integers(1, 4)),
