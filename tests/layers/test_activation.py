@@ -198,6 +198,7 @@ def test_nan_and_infinities_as_torch(torch):
     mish(-inf) are NaN, as ``-inf * 0``); no gradient turns NaN at large inputs."""
     nn = torch.nn
     pairs = [
+        (L.ReLU(), nn.ReLU()),
         (L.Hardtanh(), nn.Hardtanh()),
         (L.Hardswish(), nn.Hardswish()),
         (L.Threshold(0.1, 20.0), nn.Threshold(0.1, 20.0)),
