@@ -229,7 +229,7 @@ def _one_channel_conv(
     derivatives are XLA's of those two steps. XLA:CPU's convolution kernels are slow
     with one input channel: the CNN benchmark's first convolution (``[128, 1, 28, 28]``,
     3x3, 32 outputs) forward 5.5 -> 3.0 ms, weight gradient a tie (2.3 ms), the
-    training step 74.4 -> 69.4 ms (Intel Xeon, AVX-512; in-process A/B) and 42.4 ->
+    training step 73.7 -> 68.4 ms (Intel Xeon, AVX-512; in-process A/B) and 42.4 ->
     40.4 ms on an AMD Zen 5; a 5x5 kernel with 16 outputs forward 4.3 -> 2.7 ms, weight
     gradient 1.9 -> 2.5 ms. With three input channels (27 taps) patches lose (a tie to
     2.6x slower), hence one channel and at most 25 taps."""
