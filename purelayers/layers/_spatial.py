@@ -3,6 +3,8 @@ optional batch axis of channels-first inputs ``(N, C, *spatial)`` / ``(C, *spati
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -17,6 +19,20 @@ _LAYOUTS = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}
 def layout(nd: int) -> str:
     """The batched layout's axis names, ``"(N, C, H, W)"`` for ``nd = 2``."""
     return _LAYOUTS[nd]
+
+
+def tap_windows(
+    kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int], blocks: Sequence[int]
+) -> list[tuple[slice, ...]]:
+    """The strided slices of a padded input's spatial axes read by each kernel tap, taps in
+    row-major order; ``blocks`` is the number of windows per axis."""
+    return [
+        tuple(
+            slice(t * d, t * d + s * (b - 1) + 1, s)
+            for t, d, s, b in zip(taps, dilation, stride, blocks, strict=True)
+        )
+        for taps in itertools.product(*(range(k) for k in kernel))
+    ]
 
 
 def is_int(value: Any) -> bool:

@@ -14,7 +14,6 @@ tap, not per pixel; ``Fold`` sums overlapping blocks, so ``Fold``'s gradient is
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from typing import Any, ClassVar
 
 import jax
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from purelayers.layers._checks import LayerError
-from purelayers.layers._spatial import ntuple
+from purelayers.layers._spatial import ntuple, tap_windows
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["Fold", "Unfold"]
@@ -59,17 +58,9 @@ class _Blocks(Layer):
             )
         return blocks  # type: ignore[return-value]
 
-    def _windows(self, blocks: tuple[int, int]) -> list[tuple[slice, slice]]:
+    def _windows(self, blocks: tuple[int, int]) -> list[tuple[slice, ...]]:
         """The strided slices of the padded image read by each kernel tap, in order."""
-        out = []
-        for taps in itertools.product(*(range(k) for k in self.kernel_size)):
-            out.append(
-                tuple(
-                    slice(t * d, t * d + s * (b - 1) + 1, s)
-                    for t, d, s, b in zip(taps, self.dilation, self.stride, blocks, strict=True)
-                )
-            )
-        return out
+        return tap_windows(self.kernel_size, self.dilation, self.stride, blocks)
 
 
 def _batched(
