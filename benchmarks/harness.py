@@ -98,7 +98,7 @@ class JaxRunner:
         t0 = time.perf_counter()
         lowered = self._jit_step.lower(self.params, self.opt_state, self.x, self.y)
         t1 = time.perf_counter()
-        self.compiled = lowered.compile(self.xla_options) if self.xla_options else lowered.compile()
+        self.compiled = lowered.compile(self.xla_options or None)
         self.timings.update(trace_s=t1 - t0, compile_s=time.perf_counter() - t1)
 
     def memory_mb(self) -> dict[str, float]:
