@@ -13,6 +13,7 @@ PACKAGES = {
     "equinox": "equinox",
     "haiku": "dm-haiku",
     "torch": "torch",
+    "torch-compile": "torch",
 }
 OURS = ("purelayers", "purelayers-bf16")
 # relative difference of initial losses above which two models are not the same model

@@ -1,9 +1,11 @@
 """Side-by-side training-step benchmark: purelayers against raw JAX, Flax (linen and NNX),
-Equinox, Haiku and PyTorch on four workloads (see ``benchmarks/workloads.py``).
+Equinox, Haiku and PyTorch (eager, and ``torch.compile`` as ``torch-compile``) on four
+workloads (see ``benchmarks/workloads.py``).
 
     python -m benchmarks.run                        # everything installed, ~10 min
     python -m benchmarks.run --quick                # tiny shapes, 1 repeat: smoke test
     python -m benchmarks.run --workloads mlp cnn --impls purelayers jax torch --repeats 20
+    python -m benchmarks.run --impls purelayers torch torch-compile   # torch.compile too
     python -m benchmarks.run --precision bf16 --workloads mlp transformer
     python -m benchmarks.run --workloads cnn --xla-option \
         xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE
@@ -12,12 +14,14 @@ For each workload every implementation starts from the same weights (purelayers'
 copied by name) and must report the same initial loss. Measured:
 
 - step: one jitted training step (forward, softmax cross-entropy, backward, optax Adam
-  update, donated buffers; PyTorch: the eager equivalent), timed with
+  update, donated buffers; PyTorch: the eager equivalent, or its module under
+  ``torch.compile``, the default where torch has a GPU and opt-in on the CPU), timed with
   ``block_until_ready``. Each sample runs enough consecutive steps to last about
   ``--target-ms``; implementations take turns within every round (rotating order), so
   load changes hit all of them alike. Reported: median over rounds and the IQR.
 - first call: trace + compile + first step, in fresh subprocesses per implementation
-  (``--fresh``, default 3; the median).
+  (``--fresh``, default 3; the median; each with an empty Inductor cache, so
+  ``torch-compile``'s is a cold compile).
 - eager: one un-jitted forward pass (after a warm-up call), median.
 - memory: JAX: XLA's buffer assignment for the compiled step (argument + temp bytes);
   PyTorch: resident params and batch plus the growth of the RSS high-water mark over
@@ -40,6 +44,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,10 +60,12 @@ IMPLS: dict[str, tuple[str, str, str | None]] = {
     "equinox": ("benchmarks.impl_equinox", "build", "equinox"),
     "haiku": ("benchmarks.impl_haiku", "build", "haiku"),
     "torch": ("benchmarks.impl_torch", "build", "torch"),
+    "torch-compile": ("benchmarks.impl_torch", "build", "torch"),
     "purelayers-bf16": ("benchmarks.impl_purelayers", "build_bf16", None),
     "jax-bf16": ("benchmarks.impl_jax", "build_bf16", None),
 }
 BF16 = ("purelayers-bf16", "jax-bf16")
+TORCH = ("torch", "torch-compile")
 QUICK_IMPLS = ("purelayers", "jax")
 RESULTS = Path(__file__).parent / "results"
 
@@ -77,7 +84,30 @@ def make_runner(
 
     module, builder, _ = IMPLS[impl]
     model = getattr(importlib.import_module(module), builder)(w, flat, x, y)
-    return TorchRunner(model) if impl == "torch" else JaxRunner(model, xla_options)
+    if impl in TORCH:
+        return TorchRunner(model, compiled=impl == "torch-compile")
+    return JaxRunner(model, xla_options)
+
+
+def _torch_has_gpu() -> bool:
+    if not available("torch"):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def default_impls(quick: bool) -> list[str]:
+    """Every installed implementation (``--quick``: purelayers and raw JAX). ``torch-compile``
+    joins by default where torch has a GPU; on the CPU its Inductor compile takes 0.5-2
+    minutes per workload and process, so it is asked for by name (``--impls``)."""
+    if quick:
+        return list(QUICK_IMPLS)
+    return [
+        i
+        for i in IMPLS
+        if i not in BF16 and available(i) and (i != "torch-compile" or _torch_has_gpu())
+    ]
 
 
 _ENVIRONMENT = (
@@ -128,10 +158,16 @@ def first_call_subprocess(
     for k, v in (xla_options or {}).items():
         cmd += ["--xla-option", f"{k}={v}"]
     root = Path(__file__).resolve().parent.parent
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
-    except subprocess.TimeoutExpired:
-        return {"error": "timed out after 600 s"}
+    with tempfile.TemporaryDirectory() as cache:
+        # Inductor (and Triton) keep compiled kernels on disk between processes: an empty
+        # cache per process makes torch-compile's first call a cold compile, as JAX's is
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=cache)
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=600, cwd=root, env=env
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": "timed out after 600 s"}
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode or not lines:
         return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
@@ -175,6 +211,7 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
             "params": r.param_count(),
             "initial_loss": r.initial_loss(),
             **r.memory_mb(),
+            **r.timings,  # this process's trace/compile seconds (torch eager: none)
         }
         print(
             f"  {name:12s} {impl:16s} params {out[impl]['params']:>10,d}  "
@@ -183,6 +220,8 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
         )
     if not args.no_eager:
         for impl, r in runners.items():
+            if not r.has_eager:
+                continue
             if not args.quick:
                 r.eager_forward()  # warm-up: op-by-op dispatch compiles each op once
             samples = [r.eager_forward() for _ in range(1 if args.quick else 3)]
@@ -236,7 +275,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         nargs="+",
         choices=list(IMPLS),
         default=None,
-        help="default: every installed one (--quick: purelayers jax)",
+        help="default: every installed one, torch-compile only where torch has a GPU "
+        "(--quick: purelayers jax)",
     )
     p.add_argument("--repeats", type=int, default=None, help="rounds (default 10; --quick 1)")
     p.add_argument(
@@ -294,9 +334,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps(child(*args.child, args.quick, args.xla_options)))
         return {}
     names = args.workloads or list(workloads.WORKLOADS)
-    impls = args.impls or [
-        i for i in (QUICK_IMPLS if args.quick else IMPLS) if i not in BF16 and available(i)
-    ]
+    impls = args.impls or default_impls(args.quick)
     if args.precision == "bf16":
         impls += [i for i in BF16 if i not in impls]
     missing = [i for i in impls if not available(i)]

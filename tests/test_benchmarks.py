@@ -85,6 +85,30 @@ def test_xla_options_reach_every_compiled_step_and_the_report(tmp_path):
     assert any("step" in f.name for f in fresh.iterdir())
 
 
+@pytest.mark.skipif(not run.available("torch"), reason="torch is not installed")
+def test_torch_compile_column_trains_the_same_model(tmp_path):
+    """``torch-compile``: the torch module under ``torch.compile`` starts from the shared
+    weights (same parameter count and initial loss as eager torch), compiles before the
+    timed steps (its compile time recorded), and has no eager-forward figure. It joins
+    the default implementations only where torch has a GPU."""
+    data = run.main(
+        [
+            *("--quick", "--workloads", "mlp", "--impls", "torch", "torch-compile"),
+            *("--first-call", "off", "--json", str(tmp_path / "tc.json")),
+        ]
+    )
+    row = data["results"]["mlp"]
+    assert data["mismatched_losses"] == []
+    assert row["torch-compile"]["params"] == row["torch"]["params"]
+    assert row["torch-compile"]["initial_loss"] == row["torch"]["initial_loss"]
+    assert row["torch-compile"]["step_ms"] > 0 and row["torch-compile"]["compile_s"] > 0
+    assert "compile_s" not in row["torch"]
+    assert "eager_ms" in row["torch"] and "eager_ms" not in row["torch-compile"]
+    assert "torch-compile" in report.markdown(data)
+    assert ("torch-compile" in run.default_impls(False)) == run._torch_has_gpu()
+    assert run.default_impls(True) == ["purelayers", "jax"]
+
+
 def test_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         run.parse(["--xla-option", "no_value"])
