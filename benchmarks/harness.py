@@ -4,7 +4,8 @@ A JAX implementation (purelayers, raw JAX, Flax, Equinox, Haiku) is reduced to a
 ``JaxModel``: a pytree of float32 parameters, a pure ``forward(params, x)`` and its
 input in the library's own layout. Every JAX library then trains through the same
 jitted optax step (``JaxRunner``), so the timings compare the computation each library
-emits, not its jit wrapper. PyTorch gets the equivalent eager loop (``TorchRunner``).
+emits, not its jit wrapper. PyTorch gets the equivalent loop, eager or under
+``torch.compile`` (``TorchRunner``).
 """
 
 from __future__ import annotations
