@@ -207,6 +207,7 @@ def _torch_parity(case):
         return pl.testing.assert_matches_torch(L.Linear(4, bias=False), torch.nn.Linear(4, 4), x)
     if case == "outputs":
         return pl.testing.assert_matches_torch(L.Lambda(lambda x: (x, x)), torch.nn.Identity(), x)
+    torch.manual_seed(0)  # the report lists the larger difference first: fix the values
     module = torch.nn.Linear(4, 4)
     params = {"weight": jnp.zeros((4, 4)), "bias": jnp.ones(4)}
     return pl.testing.assert_matches_torch(L.Linear(4), module, x, params=params)

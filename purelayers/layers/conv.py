@@ -10,7 +10,7 @@ Zen 5) XLA's own is faster, 47 -> 40 ms, with 40% fewer temporaries (67 -> 40 Mi
 half the compile time (1.0-1.4 -> 0.6 s), so XLA's is used. Patch extraction plus one
 matrix product (im2col) is slower than XLA's CPU convolution for the forward pass
 (``python -m benchmarks.conv_im2col``), except for a 2-d convolution of a single input
-channel with a small kernel (``_one_channel_conv``). Parameters use PyTorch's names and
+channel with a small kernel (``_one_channel_conv``, chosen on the CPU only). Parameters use PyTorch's names and
 layouts, so a torch ``state_dict`` loads by name.
 
 Convolution (``ConvNd``), as ``torch.nn.ConvNd``::
@@ -202,11 +202,9 @@ def conv_nd(
     dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else weight.dtype
     x, weight = x.astype(dtype), weight.astype(dtype)
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
-    one_channel = x.ndim == 4 and groups == 1 and weight.shape[1] == 1
-    if one_channel and lhs_dilation is None and math.prod(weight.shape[2:]) <= _ONE_CHANNEL_TAPS:
-        y = _one_channel_conv(x, weight, tuple(stride), pads, tuple(dilation))
-    else:
-        y = lax.conv_general_dilated(
+
+    def convolution(x, weight):
+        return lax.conv_general_dilated(
             x,
             weight,
             window_strides=tuple(stride),
@@ -215,6 +213,20 @@ def conv_nd(
             rhs_dilation=tuple(dilation),
             feature_group_count=groups,
         )
+
+    one_channel = x.ndim == 4 and groups == 1 and weight.shape[1] == 1
+    if one_channel and lhs_dilation is None and math.prod(weight.shape[2:]) <= _ONE_CHANNEL_TAPS:
+        # patches on the CPU, whose convolution kernels are slow with one input channel
+        # (``_one_channel_conv``); the platform's own convolution everywhere else. The
+        # choice is made when the program is lowered, for the platform it is lowered for.
+        y = lax.platform_dependent(
+            x,
+            weight,
+            cpu=lambda x, w: _one_channel_conv(x, w, tuple(stride), pads, tuple(dilation)),
+            default=convolution,
+        )
+    else:
+        y = convolution(x, weight)
     if bias is not None:
         y = y + broadcast_to_axis(bias.astype(dtype), y.ndim, 1)
     return y
@@ -241,7 +253,9 @@ def _one_channel_conv(
     training step 73.7 -> 68.4 ms (Intel Xeon, AVX-512; in-process A/B) and 42.4 ->
     40.4 ms on an AMD Zen 5; a 5x5 kernel with 16 outputs forward 4.3 -> 2.7 ms, weight
     gradient 1.9 -> 2.5 ms. With three input channels (27 taps) patches lose (a tie to
-    2.6x slower), hence one channel and at most 25 taps."""
+    2.6x slower), hence one channel and at most 25 taps. CPU only (``conv_nd``): the
+    measurements are XLA:CPU's, and GPU convolution libraries handle one channel
+    themselves."""
     kernel = weight.shape[2:]
     xp = lax.pad(x[:, 0], jnp.zeros((), x.dtype), [(0, 0, 0), (*pads[0], 0), (*pads[1], 0)])
     blocks = [

@@ -203,6 +203,27 @@ def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilatio
             np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
         big = rng.standard_normal((4, 1, 6, 6))
         assert "conv_general_dilated" in str(jax.make_jaxpr(ours)(x, big, b))
+        assert "platform_index" not in str(jax.make_jaxpr(ours)(x, big, b))
+
+
+def test_one_channel_patches_are_the_cpu_choice_only():
+    """The patches form is chosen where the program is lowered for the CPU; lowered for
+    a GPU (no device needed: ``jax.export``) the same function is the convolution."""
+    from purelayers.layers import conv
+
+    x, w = jnp.ones((2, 1, 9, 9)), jnp.ones((4, 1, 3, 3))
+
+    def f(x, w):
+        return conv.conv_nd(
+            x, w, None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1
+        )
+
+    def lowered(platform):
+        return jax.export.export(jax.jit(f), platforms=(platform,))(x, w).mlir_module()
+
+    cpu, cuda = lowered("cpu"), lowered("cuda")
+    assert "convolution" not in cpu and "dot_general" in cpu
+    assert "convolution" in cuda and "dot_general" not in cuda
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
