@@ -10,7 +10,8 @@ bfloat16 and float16 inputs without attention dropout) on every platform but the
 so GPUs get its fused kernels. It always takes the softmax in float32, so float64
 inputs (``gradcheck``) and attention dropout take an explicit, numerically identical
 softmax path instead, and so does the CPU, where XLA runs that path faster (measured in
-``_attend_explicit``). The platform is chosen when the program is lowered
+``_attend_explicit``) and splits long causal self-attention into two query halves
+(``_attend_cpu``). The platform is chosen when the program is lowered
 (``jax.lax.platform_dependent``), so one traced function serves CPU and GPU.
 
 Masks. A boolean mask is ``True`` where a query may attend a key; a floating-point mask
@@ -145,9 +146,7 @@ def _attend(
             q,
             k,
             v,
-            cpu=lambda q, k, v: _attend_explicit(
-                q, k, v, mask, bias, native_causal, scale, 0.0, None, layer
-            ),
+            cpu=lambda q, k, v: _attend_cpu(q, k, v, mask, bias, native_causal, scale, layer),
             default=lambda q, k, v: jax.nn.dot_product_attention(
                 q, k, v, bias=bias, mask=mask, scale=scale, is_causal=native_causal
             ),
@@ -159,6 +158,31 @@ def _attend(
     rows = jnp.any(jnp.broadcast_to(mask, (*mask.shape[:3], s)), axis=-1)
     valid = jnp.transpose(rows, (0, 2, 1))[..., None]
     return jnp.where(valid, out, jnp.zeros_like(out))
+
+
+_CAUSAL_HALVES_MIN = 64  # queries; below it the second program costs more than it saves
+
+
+def _attend_cpu(q, k, v, mask, bias, causal, scale, layer):
+    """The CPU's attention: ``_attend_explicit``, and for causal self-attention
+    (``causal`` with as many queries as keys, no mask or bias) of at least
+    ``_CAUSAL_HALVES_MIN`` positions, two query halves: the first half's queries see only
+    the first half's keys, so the quarter of the ``[T, S]`` scores that the mask would
+    zero is never computed (neither its products nor its softmax, forward or backward).
+    Same values up to the order of the softmax sums. Causal ``[16, 128, 8, 32]`` forward
+    and backward, jitted, interleaved medians on a 2-core AVX-512 AMD EPYC: 16.8 ->
+    12.3 ms; ``[4, 512, 12, 64]``: 169 -> 121 ms (four quarters: 114 ms, at twice the
+    compile time of halves). The benchmark transformer's training step 484 -> 451 ms,
+    its compile 0.4 s longer."""
+    t = q.shape[1]
+    if not causal or mask is not None or bias is not None or t < _CAUSAL_HALVES_MIN:
+        return _attend_explicit(q, k, v, mask, bias, causal, scale, 0.0, None, layer)
+    half = t // 2
+    first = _attend_explicit(
+        q[:, :half], k[:, :half], v[:, :half], None, None, True, scale, 0.0, None, layer
+    )
+    second = _attend_explicit(q[:, half:], k, v, None, None, True, scale, 0.0, None, layer)
+    return jnp.concatenate([first, second], axis=1)
 
 
 def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):

@@ -179,6 +179,56 @@ def test_explicit_path_equals_fused_path(kv_heads):
             np.testing.assert_allclose(g_mine, g_fused, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("t", "kv_heads"), [(64, 4), (71, 2)], ids=["even-one-kv-head-per-head", "odd-grouped"]
+)
+def test_causal_halves_equal_one_block(t, kv_heads):
+    """Causal self-attention of at least ``_CAUSAL_HALVES_MIN`` positions runs on the CPU
+    as two query halves (the first half never scores the second half's keys): the same
+    values and gradients as one block of scores with the causal mask, for an even and an
+    odd length and with grouped-query heads (float64, to the last bits of the softmax
+    sums' order)."""
+    from purelayers.layers.attention import _CAUSAL_HALVES_MIN, _attend_cpu
+
+    assert t >= _CAUSAL_HALVES_MIN
+    rng = np.random.default_rng(5)
+    shapes = [(2, t, 4, 8), (2, t, kv_heads, 8), (2, t, kv_heads, 8), (2, t, 4, 8)]
+    q, k, v, cot = (_rand(rng, *shape).astype(np.float64) for shape in shapes)
+
+    def run(attend):
+        return jax.value_and_grad(lambda *a: jnp.sum(attend(*a) * cot), argnums=(0, 1, 2))(q, k, v)
+
+    with jax.enable_x64(True):
+        halves = jax.make_jaxpr(lambda *a: _attend_cpu(*a, None, None, True, 0.3, "t"))(q, k, v)
+        assert str(halves).count("exp") == 2  # two softmaxes: two blocks
+        (v1, g1) = run(lambda *a: _attend_cpu(*a, None, None, True, 0.3, "t"))
+        (v2, g2) = run(lambda *a: _attend_explicit(*a, None, None, True, 0.3, 0.0, None, "t"))
+        np.testing.assert_allclose(v1, v2, rtol=1e-12)
+        for a, b in zip(g1, g2, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_long_causal_sdpa_matches_torch(torch):
+    """``is_causal`` self-attention long enough for the CPU's two query halves, against
+    torch's ``scaled_dot_product_attention`` in value and in every gradient."""
+    F = torch.nn.functional
+    rng = np.random.default_rng(6)
+    q, k, v = (_rand(rng, 2, 4, 80, 8) for _ in range(3))
+    assert_matches_torch(
+        Lambda(sdpa),
+        _torch_function(
+            torch, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ),
+        q,
+        k,
+        v,
+        params={},
+        apply=lambda params, q, k, v: sdpa(q, k, v, is_causal=True),
+        rtol=RTOL,
+        atol=ATOL,
+    )
+
+
 def test_dropout_needs_key_and_is_reproducible():
     rng = np.random.default_rng(5)
     q, k, v = _rand(rng, 1, 2, 4, 4), _rand(rng, 1, 2, 4, 4), _rand(rng, 1, 2, 4, 4)
