@@ -160,7 +160,9 @@ def _attend(
     return jnp.where(valid, out, jnp.zeros_like(out))
 
 
-_CAUSAL_HALVES_MIN = 64  # queries; below it the second program costs more than it saves
+# queries; causal [16, T, 8, 32] forward and backward, one block vs halves: T = 32 1.78 vs
+# 2.26 ms, T = 64 5.29 vs 4.77 ms, T = 96 4.16 vs 3.67 ms (2-core AVX-512 AMD EPYC)
+_CAUSAL_HALVES_MIN = 64
 
 
 def _attend_cpu(q, k, v, mask, bias, causal, scale, layer):
