@@ -166,28 +166,14 @@ _CAUSAL_HALVES_MIN = 64
 
 
 def _attend_cpu(q, k, v, mask, bias, causal, scale, layer):
-    """The CPU's attention: ``_attend_explicit``, and for causal self-attention
-    (``causal`` with as many queries as keys, no mask or bias) of at least
-    ``_CAUSAL_HALVES_MIN`` positions, two query halves: the first half's queries see only
-    the first half's keys, so the quarter of the ``[T, S]`` scores that the mask would
-    zero is never computed (neither its products nor its softmax, forward or backward).
-    Same values up to the order of the softmax sums. Causal ``[16, 128, 8, 32]`` forward
-    and backward, jitted, interleaved medians on a 2-core AVX-512 AMD EPYC: 16.8 ->
-    12.3 ms; ``[4, 512, 12, 64]``: 169 -> 121 ms (four quarters: 114 ms, at twice the
-    compile time of halves). The benchmark transformer's training step 484 -> 451 ms,
-    its compile 0.4 s longer."""
-    t = q.shape[1]
-    if not causal or mask is not None or bias is not None or t < _CAUSAL_HALVES_MIN:
-        return _attend_explicit(q, k, v, mask, bias, causal, scale, 0.0, None, layer)
-    half = t // 2
-    first = _attend_explicit(
-        q[:, :half], k[:, :half], v[:, :half], None, None, True, scale, 0.0, None, layer
-    )
-    second = _attend_explicit(q[:, half:], k, v, None, None, True, scale, 0.0, None, layer)
-    return jnp.concatenate([first, second], axis=1)
+    """The CPU's attention: ``_attend_explicit``, for causal self-attention (``causal``
+    with as many queries as keys, no mask or bias) of at least ``_CAUSAL_HALVES_MIN``
+    positions in two query halves (see ``_attend_explicit``'s ``halves``)."""
+    halves = causal and mask is None and bias is None and q.shape[1] >= _CAUSAL_HALVES_MIN
+    return _attend_explicit(q, k, v, mask, bias, causal, scale, 0.0, None, layer, halves)
 
 
-def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
+def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer, halves=False):
     """Scores, masks, softmax and the weighted sum written out: float64, attention
     dropout, and the CPU. ``q``, ``k``, ``v`` are moved to heads-major ``[B, N, T, H]``
     first, so both products are plain batched matrix products; without grouped-query
@@ -203,9 +189,20 @@ def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
     forward and backward a tie (11.9 ms); the benchmark transformer's forward 108 -> 89
     ms and its training step 330 -> 324 ms; a decode step (one query, 96 cached keys,
     12 heads of 64) 1.02 -> 0.60 ms at batch 8; grouped decoding (32 heads on 8, 256
-    cached keys) a tie, 0.70-0.74 ms."""
+    cached keys) a tie, 0.70-0.74 ms.
+
+    ``halves`` (causal self-attention without mask, bias or dropout): the first half of
+    the queries is scored against the first half of the keys only, the second half
+    against all, so the quarter of the ``[T, S]`` scores that the mask would zero is
+    never computed (products, softmax, forward and backward); same values up to the
+    order of the softmax sums. Causal ``[16, 128, 8, 32]`` forward and backward, jitted,
+    interleaved medians on a 2-core AVX-512 AMD EPYC, two runs: 16.8-19.9 -> 12.3-16.3
+    ms; ``[4, 512, 12, 64]``: 156-169 -> 121-127 ms (four quarters: 114 ms, at twice the
+    compile time of halves). The benchmark transformer's training step 489 -> 462 ms
+    (minimum 423 -> 391 ms), its compile unchanged (1.72 vs 1.71 s): both halves share
+    the heads-major transposes."""
     b, t, n, h = q.shape
-    s, kh = k.shape[1], k.shape[2]
+    kh = k.shape[2]
     g = n // kh
     ft = promote_float(q.dtype)
     if dropout_p > 0.0:
@@ -227,19 +224,27 @@ def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key, layer):
                 return m.reshape(m.shape[0], 1, 1, *m.shape[2:])
             return m.reshape(m.shape[0], kh, g, *m.shape[2:])
 
-    logits = jnp.einsum(scores, qg, k, preferred_element_type=ft)
-    logits = logits * jnp.asarray(scale, ft)
-    if bias is not None:
-        logits = logits + grouped(bias).astype(ft)
-    if causal:
-        c = causal_mask(t, s)[None, None]
-        mask = c if mask is None else mask & c
-    if mask is not None:
-        logits = jnp.where(grouped(mask), logits, _large_negative(ft))
-    probs = _softmax(logits)
-    if dropout_p > 0.0:
-        probs = _dropout(probs, dropout_p, key, layer=layer)
-    out = jnp.einsum(mix, probs.astype(v.dtype), v)  # (B, N, T, H) or (B, K, G, T, H)
+    def weigh(qg, k, v, mask, bias):  # heads-major queries, keys, values -> outputs
+        logits = jnp.einsum(scores, qg, k, preferred_element_type=ft)
+        logits = logits * jnp.asarray(scale, ft)
+        if bias is not None:
+            logits = logits + grouped(bias).astype(ft)
+        if causal:
+            c = causal_mask(qg.shape[-2], k.shape[-2])[None, None]
+            mask = c if mask is None else mask & c
+        if mask is not None:
+            logits = jnp.where(grouped(mask), logits, _large_negative(ft))
+        probs = _softmax(logits)
+        if dropout_p > 0.0:
+            probs = _dropout(probs, dropout_p, key, layer=layer)
+        return jnp.einsum(mix, probs.astype(v.dtype), v)  # (B, N, T, H) or (B, K, G, T, H)
+
+    if halves:  # causal self-attention, no mask, bias or dropout: see ``_CAUSAL_HALVES_MIN``
+        m = t // 2
+        first = weigh(qg[..., :m, :], k[..., :m, :], v[..., :m, :], None, None)
+        out = jnp.concatenate([first, weigh(qg[..., m:, :], k, v, None, None)], axis=-2)
+    else:
+        out = weigh(qg, k, v, mask, bias)
     out = jnp.moveaxis(out, -2, 1)
     return out.reshape(b, t, n, v.shape[-1])
 
