@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from purelayers.layers.conv import Pads, conv_nd
+from purelayers.layers._convolution import Pads, conv_nd
 
 
 def im2col(

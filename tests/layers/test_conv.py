@@ -176,7 +176,7 @@ def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilatio
     """One input channel and at most 25 taps take the patches path (``_one_channel_conv``):
     the same outputs and gradients (input, weight, bias) as ``lax.conv_general_dilated``;
     36 taps stay on XLA's convolution."""
-    from purelayers.layers import conv
+    from purelayers.layers import _convolution as conv
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 1, 11, 12))
@@ -209,7 +209,7 @@ def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilatio
 def test_one_channel_patches_are_the_cpu_choice_only():
     """The patches form is chosen where the program is lowered for the CPU; lowered for
     a GPU (no device needed: ``jax.export``) the same function is the convolution."""
-    from purelayers.layers import conv
+    from purelayers.layers import _convolution as conv
 
     x, w = jnp.ones((2, 1, 9, 9)), jnp.ones((4, 1, 3, 3))
 
@@ -222,8 +222,8 @@ def test_one_channel_patches_are_the_cpu_choice_only():
         return jax.export.export(jax.jit(f), platforms=(platform,))(x, w).mlir_module()
 
     cpu, cuda = lowered("cpu"), lowered("cuda")
-    assert "convolution" not in cpu and "dot_general" in cpu
-    assert "convolution" in cuda and "dot_general" not in cuda
+    assert "stablehlo.convolution" not in cpu and "stablehlo.dot_general" in cpu
+    assert "stablehlo.convolution" in cuda and "stablehlo.dot_general" not in cuda
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
