@@ -176,7 +176,7 @@ class TorchRunner:
         return sum(p.numel() for p in self.module.parameters())
 
     def _loss(self, module=None):
-        logits = (module or self.module)(self.x)
+        logits = (self.module if module is None else module)(self.x)
         return self.torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), self.y.reshape(-1)
         )

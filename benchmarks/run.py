@@ -99,8 +99,9 @@ def _torch_has_gpu() -> bool:
 
 def default_impls(quick: bool) -> list[str]:
     """Every installed implementation (``--quick``: purelayers and raw JAX). ``torch-compile``
-    joins by default where torch has a GPU; on the CPU its Inductor compile takes 0.5-2
-    minutes per workload and process, so it is asked for by name (``--impls``)."""
+    joins by default where torch has a GPU; on the CPU a cold Inductor compile takes
+    15-30 s per workload and process (2-core AMD EPYC), so it is asked for by name
+    (``--impls``)."""
     if quick:
         return list(QUICK_IMPLS)
     return [
