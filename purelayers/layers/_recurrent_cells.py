@@ -254,8 +254,9 @@ def split_params(kind: Kind, params: Params, suffix: str, dtype: Any):
     return get("weight_ih"), b_in, weights + biases
 
 
-def add(a: jax.Array, b: jax.Array | None) -> jax.Array:
-    return a if b is None else a + b
+def add(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
+    """``a + b`` where ``None`` stands for zero."""
+    return b if a is None else a if b is None else a + b
 
 
 def make_step(kind: Kind):

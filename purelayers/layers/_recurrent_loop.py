@@ -9,7 +9,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from purelayers.layers._recurrent_cells import (
     Kind,
@@ -146,9 +148,10 @@ def _recurrence(kind, unroll, gi, state0, w_hh, b_hh, lengths):
     """``state_t = cell(gi_t, h_{t-1} @ w_hh.T + b_hh, state_{t-1})`` over time.
 
     Its derivative is written out (see ``Linearized``): the primal loop also stacks each
-    step's derivative coefficients, and the tangent loop is linear, with the weight term ``h_{t-1} @ dw_hh.T`` one product
-    over all steps outside it. JAX's transpose of that loop is the backward pass: it
-    carries only ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it."""
+    step's derivative coefficients, and the tangent loop (``_tangent_loop``) is linear,
+    with the weight term ``h_{t-1} @ dw_hh.T`` one product per chunk of steps. JAX's
+    transpose of that loop is the backward pass: it carries only ``dgh_t @ w_hh`` and
+    accumulates the ``w_hh`` gradient one product per chunk."""
     step = make_step(kind)
     final, ys, _ = _scan(
         lambda g, st, r: (*step(g, st, r), None), unroll, gi, state0, (w_hh, b_hh), lengths
@@ -172,31 +175,82 @@ def _recurrence_jvp(kind, unroll, primals, tangents):
     final, ys, (factors, prev_h) = _scan(step, unroll, gi, state0, (w_hh, b_hh), lengths, True)
     if prev_h is None:
         prev_h = jnp.concatenate([state0[0][None], ys[:-1]])
-    # the tangent of h_{t-1} @ w_hh.T + b_hh that does not depend on the loop: all steps
-    d_ghw = _all_steps(prev_h, d_w)
-    if b_hh is not None:
-        d_ghw = d_ghw + d_b[None]
-    # Where gi and gh are only summed (LSTM, Elman), one stacked input carries both
-    # tangents, so the backward loop writes one stacked cotangent, not two.
-    d_in = (d_gi, d_ghw) if kind.inner else (d_gi + d_ghw, None)
-    d_final, d_ys = _tangent_loop(lin, unroll, factors, d_in, d_state0, w_hh, lengths)
+    # the tangent of h_{t-1} @ w_hh.T + b_hh that does not depend on the loop, taken a
+    # chunk of steps at a time; where gi and gh are only summed (LSTM, Elman) the loop
+    # adds it to d_gi, so the backward loop writes one cotangent per step, not two
+    terms = ((prev_h, d_w),)
+    d_final, d_ys = _tangent_loop(
+        lin, unroll, factors, d_gi, terms, d_b, kind.inner, d_state0, w_hh, lengths
+    )
     return (final, ys), (d_final, d_ys)
 
 
-def _tangent_loop(lin, unroll: int, factors, d_in, d_state0, w_hh, lengths):
-    """The linear loop of the recurrence's tangent: ``d_in`` holds each step's tangent of
-    ``gi`` and of ``h_{t-1} @ w_hh.T + b_hh`` from the weights (or their sum and
-    ``None``); the loop adds ``dh_{t-1} @ w_hh.T``. JAX's transpose of it is the
-    backward pass."""
+def chunk_steps(steps: int, batch: int) -> int:
+    """Time steps per chunk of the tangent loop: the divisor of ``steps`` nearest (in
+    ratio) to ``CHUNK_ROWS / batch`` and within a factor of two of it, else ``steps``
+    (one chunk, which XLA compiles as a single loop). The benchmark's 100 steps of a
+    batch of 32 run in chunks of 10; 12 steps of 80 in chunks of 4; 97 steps in one."""
+    target = max(CHUNK_ROWS / max(batch, 1), 1.0)
+    near = [d for d in range(1, steps + 1) if steps % d == 0 and target / 2 <= d <= target * 2]
+    return min(near, key=lambda d: abs(np.log(d / target))) if near else steps
 
-    def body(d_carry, inp):
-        fac_t, (d_gi_t, d_ghw_t), t = inp
-        d_gh_t = add(hmm(d_carry[0], w_hh), d_ghw_t)
-        d_new, d_h = lin.tangent(fac_t, d_gi_t, d_gh_t, d_carry)
-        return _mask(d_new, d_h, d_carry, t, lengths)
 
-    ts = jnp.arange(d_in[0].shape[0], dtype=jnp.int32)
-    return lax.scan(body, d_state0, (factors, d_in, ts), unroll=unroll)
+# rows (steps x batch) of one chunk's weight-gradient product: 320 rows ran at ~155
+# GFLOP/s (``[1024, 320] x [320, 321]``, 2-core AVX-512 CPU), near the machine's ceiling
+CHUNK_ROWS = 320
+
+
+def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh, lengths):
+    """The linear loop of the recurrence's tangent; JAX's transpose of it is the backward
+    pass. Each step adds ``dh_{t-1} @ w_hh.T`` to the tangents from outside the loop:
+    ``d_gi`` ``(T, ...)`` (or ``None``) and the terms ``sum(seq @ w.T for seq, w in
+    terms)`` plus ``d_b``, which are taken inside the loop a chunk of steps at a time
+    (``chunk_steps``), one product per term and chunk. ``inner``: the cell uses ``gh``
+    apart from ``gi`` (GRU); otherwise the terms join ``d_gi``.
+
+    Transposed, each chunk's products become weight gradients accumulated across the
+    backward loop, one product per chunk, so the gate cotangents of all steps are never
+    stored, zero-filled or transposed whole. Against the terms taken for all steps before
+    the loop (their transpose one product after the backward loop), for the benchmark's
+    LSTM (batch 32, 64 inputs, hidden 256, 100 steps, chunks of 10; ``python -m
+    benchmarks.run --workloads lstm --impls purelayers jax torch --repeats 7 --fresh 5``,
+    2-core AVX-512 CPU): the training step 72.7 -> 61.1 ms (torch 52.4 and 55.3 ms in the
+    same runs), temporaries 37.7 -> 31.3 MiB, so glibc, which maps blocks over 32 MiB
+    afresh on every call, no longer page-faults them in each step (9,700 faults a step
+    -> ~200); under allocator settings that keep freed memory the step is 7% faster. The
+    price is a loop nested in the backward loop: first call (trace, compile, first step)
+    0.99 -> 1.14 s, against raw JAX's 1.04-1.09 s."""
+    steps, batch = jax.tree.leaves(factors)[0].shape[0], d_state0[0].shape[-2]
+    size = chunk_steps(steps, batch)
+
+    def chunks(a):
+        return a.reshape((steps // size, size, *a.shape[1:]))
+
+    def chunk(d_carry, inp):
+        fac_c, seqs_c, d_gi_c, t_c = inp
+        d_ghw = None
+        for s, (_, w) in zip(seqs_c, terms, strict=True):
+            d_ghw = add(_all_steps(s, w), d_ghw)
+        if d_b is not None:
+            d_ghw = add(d_ghw, d_b[None])
+        if not inner:
+            d_gi_c, d_ghw = add(d_ghw, d_gi_c), None
+
+        def step(d_carry, inp):
+            fac_t, d_gi_t, d_ghw_t, t = inp
+            d_gh_t = add(hmm(d_carry[0], w_hh), d_ghw_t)
+            if d_gi_t is None:  # no tangent from outside the loop
+                d_gi_t = jnp.zeros((), d_gh_t.dtype)
+            d_new, d_h = lin.tangent(fac_t, d_gi_t, d_gh_t, d_carry)
+            return _mask(d_new, d_h, d_carry, t, lengths)
+
+        return lax.scan(step, d_carry, (fac_c, d_gi_c, d_ghw, t_c), unroll=min(unroll, size))
+
+    seqs = tuple(s for s, _ in terms)
+    ts = jnp.arange(steps, dtype=jnp.int32)
+    inputs = jax.tree.map(chunks, (factors, seqs, d_gi, ts))
+    d_final, d_ys = lax.scan(chunk, d_state0, inputs)
+    return d_final, d_ys.reshape((steps, *d_ys.shape[2:]))
 
 
 def _fused_step(cell):
@@ -222,9 +276,10 @@ def _fused_recurrence(kind, unroll, xs, state0, w_ih, w_hh, b, lengths):
     2-core AVX-512 CPU): the benchmark's training step 48.1 -> 46.7 ms with 47.8 -> 37.7
     MiB of temporaries; forward and backward of a bidirectional layer 106.8 -> 77.9 ms,
     its forward 33.1 -> 24.6 ms; a unidirectional forward is a tie (14.6 vs 15.3 ms).
-    The derivative is ``_recurrence``'s; the projection's tangent ``dx @ w_ih.T + x @
-    dw_ih.T`` is taken for all steps outside the loop, so its transpose is two products
-    after the backward loop."""
+    The derivative is ``_recurrence``'s, with the projection's tangent ``dx @ w_ih.T +
+    [x, h_{t-1}, 1] @ [dw_ih, dw_hh, db].T`` taken in ``_tangent_loop``'s chunks (the
+    column of ones puts the bias gradient in the weights' product); terms whose tangents
+    are symbolic zeros, such as a first layer's input, are left out."""
     w = jnp.concatenate([w_ih, w_hh], axis=-1)
     step = _fused_step(kind.cell)
     final, ys, _ = _scan(
@@ -233,7 +288,6 @@ def _fused_recurrence(kind, unroll, xs, state0, w_ih, w_hh, b, lengths):
     return final, ys
 
 
-@_fused_recurrence.defjvp
 def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     xs, state0, w_ih, w_hh, b, lengths = primals
     d_xs, d_state0, d_w_ih, d_w_hh, d_b, _ = tangents
@@ -248,11 +302,35 @@ def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     final, ys, (factors, prev_h) = _scan(step, unroll, xs, state0, (w, b), lengths, True)
     if prev_h is None:
         prev_h = jnp.concatenate([state0[0][None], ys[:-1]])
-    d_z = _all_steps(d_xs, w_ih) + _all_steps(xs, d_w_ih) + _all_steps(prev_h, d_w_hh)
-    if b is not None:
-        d_z = d_z + d_b[None]
-    d_final, d_ys = _tangent_loop(lin, unroll, factors, (d_z, None), d_state0, w_hh, lengths)
+    # the projection's tangent dx @ w_ih.T + [x, h_{t-1}] @ [dw_ih, dw_hh].T, a chunk of
+    # steps at a time inside the tangent loop; terms whose tangents are zero are left out
+    # (the input of a first layer, the weights where only inputs are differentiated)
+    terms = []
+    if not all(_zero(t) for t in (d_w_ih, d_w_hh, d_b)):
+        seqs, d_ws = [xs, prev_h], [_dense(d_w_ih, w_ih), _dense(d_w_hh, w_hh)]
+        if b is not None:  # the bias as a column of ones: its gradient in the same product
+            seqs.append(jnp.ones((*xs.shape[:-1], 1), xs.dtype))
+            d_ws.append(_dense(d_b, b).reshape((*w_ih.shape[:-1], 1)))
+        terms.append((jnp.concatenate(seqs, axis=-1), jnp.concatenate(d_ws, axis=-1)))
+    if not _zero(d_xs):
+        terms.append((d_xs, w_ih))
+    d_state0 = tuple(_dense(d, s) for d, s in zip(d_state0, state0, strict=True))
+    d_final, d_ys = _tangent_loop(
+        lin, unroll, factors, None, tuple(terms), None, False, d_state0, w_hh, lengths
+    )
     return (final, ys), (d_final, d_ys)
+
+
+_fused_recurrence.defjvp(_fused_recurrence_jvp, symbolic_zeros=True)
+
+
+def _zero(t) -> bool:
+    """Whether a tangent is zero by construction (a symbolic zero, or a missing bias)."""
+    return t is None or isinstance(t, SymbolicZero)
+
+
+def _dense(t, like: jax.Array) -> jax.Array:
+    return jnp.zeros_like(like) if _zero(t) else t
 
 
 def _joined(arrays: list[jax.Array | None]) -> jax.Array | None:

@@ -48,6 +48,12 @@ def _parity(module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, **kw):
     )
 
 
+def _rnd_state(kind, lead, batch, hidden, seed=7):
+    """A random initial state ``(lead, batch, hidden)`` (an LSTM's ``(h, c)``)."""
+    h = _randn((lead, batch, hidden), seed)
+    return (h, _randn((lead, batch, hidden), seed + 1)) if kind.startswith("LSTM") else h
+
+
 def _hx(kind, lead, batched, seed=7):
     shape = (lead, B, H) if batched else (lead, H)
     if lead is None:
@@ -211,15 +217,32 @@ def test_two_layer_bidirectional_lstm_gradcheck():
 KINDS = {"rnn_tanh": "RNN", "rnn_relu": "RNN", "lstm": "LSTM", "gru": "GRU"}  # every Linearized
 
 
-# every kind stacked, both directions, padded; and one plain single-layer run
+# every kind stacked, both directions, padded; one plain single-layer run; and, with
+# 12 steps of a batch of 80, the tangent loop in three chunks of four steps
+# (``chunk_steps``), padded and not
+CHUNKED = (12, 80)
 DERIVATIVE_CASES = [
-    *[pytest.param(kind, 2, True, (T, 2), id=f"l2-bi-pad-{kind}") for kind in KINDS],
-    pytest.param("lstm", 1, False, None, id="l1-lstm"),
+    *[pytest.param(kind, 2, True, (T, 2), (T, B), id=f"l2-bi-pad-{kind}") for kind in KINDS],
+    pytest.param("lstm", 1, False, None, (T, B), id="l1-lstm"),
+    *[
+        pytest.param(kind, 1, True, "ragged", CHUNKED, id=f"chunked-bi-pad-{kind}")
+        for kind in ("lstm", "gru")
+    ],
+    pytest.param("rnn_tanh", 2, False, None, CHUNKED, id="chunked-l2-rnn_tanh"),
 ]
 
 
-@pytest.mark.parametrize(("kind", "layers", "bidi", "lengths"), DERIVATIVE_CASES)
-def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi, lengths):
+def test_chunked_cases_run_in_chunks():
+    from purelayers.layers._recurrent_loop import chunk_steps
+
+    assert chunk_steps(*CHUNKED) == 4
+    assert chunk_steps(T, B) == T  # the small cases: one chunk
+    assert chunk_steps(100, 32) == 10  # the benchmark's LSTM
+    assert chunk_steps(97, 32) == 97  # no divisor near 10: one chunk
+
+
+@pytest.mark.parametrize(("kind", "layers", "bidi", "lengths", "shape"), DERIVATIVE_CASES)
+def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi, lengths, shape):
     """The sequence layers' written-out derivative (``custom_derivative=True``) against
     JAX's own derivative of the same scan (``custom_derivative=False``), in float64: the
     gradient w.r.t. the input, the initial state and every parameter, and a
@@ -228,13 +251,18 @@ def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi,
     make = lambda custom: SEQ[name](  # noqa: E731
         3, num_layers=layers, bidirectional=bidi, custom_derivative=custom, **kw
     )
+    steps, batch = shape
+    if lengths == "ragged":  # every length from 1 to ``steps``, some sequences full
+        lengths = np.minimum(np.arange(batch) % (steps + 3) + 1, steps)
     with jax.enable_x64():
-        x = jnp.asarray(_randn((T, B, IN)), jnp.float64)
+        x = jnp.asarray(_randn((steps, batch, IN)), jnp.float64)
         params = make(True).ordered(
             jax.jit(make(True).init, static_argnums=(1, 2))(jax.random.key(0), x.shape, jnp.float64)
         )
-        hx = _hx(name, layers * (2 if bidi else 1), True)
-        hx = jax.tree.map(lambda a: jnp.asarray(a[..., :3], jnp.float64), hx)
+        hx = jax.tree.map(
+            lambda a: jnp.asarray(a, jnp.float64),
+            _rnd_state(name, layers * (2 if bidi else 1), batch, 3),
+        )
         lens = None if lengths is None else jnp.asarray(lengths)
         args = (params, x, hx)
         tangent = jax.tree.map(lambda a: jnp.full_like(a, 0.5), args)
@@ -252,6 +280,36 @@ def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi,
         assert set(written[0][0]) == set(params)
         for tree in (written, reference):  # the gradients are not trivially zero
             assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(tree))
+        pl.testing.assert_tree_allclose(written, reference, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("wrt", ["params", "input", "state"])
+def test_partial_derivatives_skip_zero_tangents(wrt):
+    """Differentiating with respect to one argument only (the weights' tangents, or the
+    input's, are then symbolic zeros the written-out derivative leaves out of its
+    chunked products): reverse and forward mode against JAX's own derivative of the
+    scan, a two-layer LSTM in chunks (12 steps of a batch of 80), float64."""
+    steps, batch = CHUNKED
+    make = lambda custom: L.LSTM(3, num_layers=2, custom_derivative=custom)  # noqa: E731
+    with jax.enable_x64():
+        x = jnp.asarray(_randn((steps, batch, IN)), jnp.float64)
+        params = make(True).init(jax.random.key(0), x.shape, jnp.float64)
+        hx = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _rnd_state("LSTM", 2, batch, 3))
+        index = {"params": 0, "input": 1, "state": 2}[wrt]
+
+        def results(layer):
+            def loss(arg):
+                args = [params, x, hx]
+                args[index] = arg
+                out, (h, c) = layer.apply(*args)
+                return jnp.sum(jnp.sin(out) * out) + jnp.sum(h * c)
+
+            arg = (params, x, hx)[index]
+            tangent = jax.tree.map(lambda a: jnp.full_like(a, 0.25), arg)
+            return jax.grad(loss)(arg), jax.jvp(loss, (arg,), (tangent,))[1]
+
+        written, reference = jax.jit(lambda: (results(make(True)), results(make(False))))()
+        assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(written))
         pl.testing.assert_tree_allclose(written, reference, rtol=1e-10, atol=1e-12)
 
 
@@ -376,7 +434,17 @@ def test_gru_reset_before_matches_hand_written_reference():
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_lengths_match_packed_sequences(torch, name, batch_first):
-    lengths = np.array([5, 2, 4], np.int32)
+    _packed_parity(torch, name, np.array([5, 2, 4], np.int32), batch_first)
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_chunked_backward_matches_packed_sequences(torch, name):
+    """12 steps of a batch of 80: the tangent loop runs in chunks of four steps (see
+    ``test_chunked_cases_run_in_chunks``), with lengths from 1 to 12 across the batch."""
+    _packed_parity(torch, name, np.minimum(np.arange(80) % 15 + 1, 12).astype(np.int32), False)
+
+
+def _packed_parity(torch, name, lengths, batch_first):
     bsz, steps = len(lengths), int(lengths.max())
     module = getattr(torch.nn, name)(
         IN, H, num_layers=2, bidirectional=True, batch_first=batch_first
