@@ -113,7 +113,9 @@ def default_impls(quick: bool) -> list[str]:
 
 _ENVIRONMENT = (
     "GLIBC_TUNABLES",
+    "MALLOC_ARENA_MAX",
     "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
     "MALLOC_TRIM_THRESHOLD_",
     "XLA_FLAGS",
     "OMP_NUM_THREADS",
