@@ -148,10 +148,10 @@ def _recurrence(kind, unroll, gi, state0, w_hh, b_hh, lengths):
     """``state_t = cell(gi_t, h_{t-1} @ w_hh.T + b_hh, state_{t-1})`` over time.
 
     Its derivative is written out (see ``Linearized``): the primal loop also stacks each
-    step's derivative coefficients, and the tangent loop (``_tangent_loop``) is linear,
-    with the weight term ``h_{t-1} @ dw_hh.T`` one product per chunk of steps. JAX's
-    transpose of that loop is the backward pass: it carries only ``dgh_t @ w_hh`` and
-    accumulates the ``w_hh`` gradient one product per chunk."""
+    step's derivative coefficients, and the tangent loop (``_tangent_loop``, in one
+    chunk) is linear, with the weight term ``h_{t-1} @ dw_hh.T`` one product over all
+    steps before it. JAX's transpose of that loop is the backward pass: it carries only
+    ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it."""
     step = make_step(kind)
     final, ys, _ = _scan(
         lambda g, st, r: (*step(g, st, r), None), unroll, gi, state0, (w_hh, b_hh), lengths
@@ -180,7 +180,7 @@ def _recurrence_jvp(kind, unroll, primals, tangents):
     # adds it to d_gi, so the backward loop writes one cotangent per step, not two
     terms = ((prev_h, d_w),)
     d_final, d_ys = _tangent_loop(
-        lin, unroll, factors, d_gi, terms, d_b, kind.inner, d_state0, w_hh, lengths
+        lin, unroll, factors, d_gi, terms, d_b, kind.inner, d_state0, w_hh, lengths, False
     )
     return (final, ys), (d_final, d_ys)
 
@@ -188,8 +188,8 @@ def _recurrence_jvp(kind, unroll, primals, tangents):
 def chunk_steps(steps: int, batch: int) -> int:
     """Time steps per chunk of the tangent loop: the divisor of ``steps`` nearest (in
     ratio) to ``CHUNK_ROWS / batch`` and within a factor of two of it, else ``steps``
-    (one chunk, which XLA compiles as a single loop). The benchmark's 100 steps of a
-    batch of 32 run in chunks of 10; 12 steps of 80 in chunks of 4; 97 steps in one."""
+    (one chunk). The benchmark's 100 steps of a batch of 32 run in chunks of 10; 32 steps
+    of 128 in chunks of 2; 97 steps in one."""
     target = max(CHUNK_ROWS / max(batch, 1), 1.0)
     near = [d for d in range(1, steps + 1) if steps % d == 0 and target / 2 <= d <= target * 2]
     return min(near, key=lambda d: abs(np.log(d / target))) if near else steps
@@ -199,14 +199,25 @@ def chunk_steps(steps: int, batch: int) -> int:
 # GFLOP/s (``[1024, 320] x [320, 321]``, 2-core AVX-512 CPU), near the machine's ceiling
 CHUNK_ROWS = 320
 
+# the gate tangents of all steps (steps x directions x batch x gates) from which the fused
+# layers' tangent loop is chunked. The benchmark's LSTM (batch 32, 64 inputs, 100 steps,
+# jitted gradient of the layer alone): hidden 128 (1.6M) 24.0 / 26.9 ms in one loop and
+# 32.7 / 28.8 chunked, hidden 192 (2.5M) 44.6 / 53.8 against 42.8 / 38.8, hidden 256
+# (3.3M) the training step 72.7 -> 61.1 ms; an Elman RNN of hidden 256 (0.8M) 18.3 / 18.7
+# against 20.5 / 19.8 ms, with the nested loop's compile 0.27 -> 0.45 s.
+CHUNK_ELEMENTS = 2**21
 
-def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh, lengths):
+
+def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh, lengths, chunked):
     """The linear loop of the recurrence's tangent; JAX's transpose of it is the backward
     pass. Each step adds ``dh_{t-1} @ w_hh.T`` to the tangents from outside the loop:
     ``d_gi`` ``(T, ...)`` (or ``None``) and the terms ``sum(seq @ w.T for seq, w in
-    terms)`` plus ``d_b``, which are taken inside the loop a chunk of steps at a time
-    (``chunk_steps``), one product per term and chunk. ``inner``: the cell uses ``gh``
-    apart from ``gi`` (GRU); otherwise the terms join ``d_gi``.
+    terms)`` plus ``d_b``. ``inner``: the cell uses ``gh`` apart from ``gi`` (GRU);
+    otherwise the terms join ``d_gi``. Without ``chunked`` the terms are one product each
+    over all steps before a single loop; with it, they are taken inside the loop a chunk
+    of steps at a time (``chunk_steps``), one product per term and chunk, a loop over
+    chunks around a loop over each chunk's steps. The fused layers chunk where the gate
+    tangents of all steps reach ``CHUNK_ELEMENTS``.
 
     Transposed, each chunk's products become weight gradients accumulated across the
     backward loop, one product per chunk, so the gate cotangents of all steps are never
@@ -221,20 +232,18 @@ def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh,
     price is a loop nested in the backward loop: first call (trace, compile, first step)
     0.99 -> 1.14 s, against raw JAX's 1.04-1.09 s."""
     steps, batch = jax.tree.leaves(factors)[0].shape[0], d_state0[0].shape[-2]
-    size = chunk_steps(steps, batch)
+    size = chunk_steps(steps, batch) if chunked else steps
 
-    def chunks(a):
-        return a.reshape((steps // size, size, *a.shape[1:]))
-
-    def chunk(d_carry, inp):
-        fac_c, seqs_c, d_gi_c, t_c = inp
+    def steps_of(d_carry, inp):
+        """The steps of ``inp`` (a chunk, or the whole sequence), their terms first."""
+        fac, seqs, d_gi, ts = inp
         d_ghw = None
-        for s, (_, w) in zip(seqs_c, terms, strict=True):
+        for s, (_, w) in zip(seqs, terms, strict=True):
             d_ghw = add(_all_steps(s, w), d_ghw)
         if d_b is not None:
             d_ghw = add(d_ghw, d_b[None])
         if not inner:
-            d_gi_c, d_ghw = add(d_ghw, d_gi_c), None
+            d_gi, d_ghw = add(d_ghw, d_gi), None
 
         def step(d_carry, inp):
             fac_t, d_gi_t, d_ghw_t, t = inp
@@ -244,12 +253,17 @@ def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh,
             d_new, d_h = lin.tangent(fac_t, d_gi_t, d_gh_t, d_carry)
             return _mask(d_new, d_h, d_carry, t, lengths)
 
-        return lax.scan(step, d_carry, (fac_c, d_gi_c, d_ghw, t_c), unroll=min(unroll, size))
+        length = jax.tree.leaves(fac)[0].shape[0]
+        return lax.scan(step, d_carry, (fac, d_gi, d_ghw, ts), unroll=min(unroll, length))
 
-    seqs = tuple(s for s, _ in terms)
-    ts = jnp.arange(steps, dtype=jnp.int32)
-    inputs = jax.tree.map(chunks, (factors, seqs, d_gi, ts))
-    d_final, d_ys = lax.scan(chunk, d_state0, inputs)
+    inputs = (factors, tuple(s for s, _ in terms), d_gi, jnp.arange(steps, dtype=jnp.int32))
+    if size == steps:  # one chunk: one loop, the terms before it
+        return steps_of(d_state0, inputs)
+
+    def chunks(a):
+        return a.reshape((steps // size, size, *a.shape[1:]))
+
+    d_final, d_ys = lax.scan(steps_of, d_state0, jax.tree.map(chunks, inputs))
     return d_final, d_ys.reshape((steps, *d_ys.shape[2:]))
 
 
@@ -302,21 +316,28 @@ def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     final, ys, (factors, prev_h) = _scan(step, unroll, xs, state0, (w, b), lengths, True)
     if prev_h is None:
         prev_h = jnp.concatenate([state0[0][None], ys[:-1]])
-    # the projection's tangent dx @ w_ih.T + [x, h_{t-1}] @ [dw_ih, dw_hh].T, a chunk of
-    # steps at a time inside the tangent loop; terms whose tangents are zero are left out
-    # (the input of a first layer, the weights where only inputs are differentiated)
-    terms = []
+    # the projection's tangent dx @ w_ih.T + x @ dw_ih.T + h_{t-1} @ dw_hh.T + db, for
+    # _tangent_loop's chunks; terms whose tangents are zero are left out (the input of a
+    # first layer, the weights where only inputs are differentiated)
+    chunked = ys.size // ys.shape[-1] * w_ih.shape[-2] >= CHUNK_ELEMENTS
+    terms, d_bias = [], None
     if not all(_zero(t) for t in (d_w_ih, d_w_hh, d_b)):
         seqs, d_ws = [xs, prev_h], [_dense(d_w_ih, w_ih), _dense(d_w_hh, w_hh)]
-        if b is not None:  # the bias as a column of ones: its gradient in the same product
+        if b is not None and chunked:
+            # the bias as a column of ones: its gradient in each chunk's weight product
             seqs.append(jnp.ones((*xs.shape[:-1], 1), xs.dtype))
             d_ws.append(_dense(d_b, b).reshape((*w_ih.shape[:-1], 1)))
-        terms.append((jnp.concatenate(seqs, axis=-1), jnp.concatenate(d_ws, axis=-1)))
+        elif b is not None:
+            d_bias = _dense(d_b, b)
+        if chunked:  # one product per chunk: [x, h_{t-1}, 1] @ [dw_ih, dw_hh, db].T
+            terms.append((jnp.concatenate(seqs, axis=-1), jnp.concatenate(d_ws, axis=-1)))
+        else:
+            terms += list(zip(seqs, d_ws, strict=True))
     if not _zero(d_xs):
         terms.append((d_xs, w_ih))
     d_state0 = tuple(_dense(d, s) for d, s in zip(d_state0, state0, strict=True))
     d_final, d_ys = _tangent_loop(
-        lin, unroll, factors, None, tuple(terms), None, False, d_state0, w_hh, lengths
+        lin, unroll, factors, None, tuple(terms), d_bias, False, d_state0, w_hh, lengths, chunked
     )
     return (final, ys), (d_final, d_ys)
 

@@ -18,14 +18,18 @@ How a sequence layer runs (chosen by measurement, see ``benchmarks/recurrent.py`
 - the derivative of the Elman, LSTM and (torch) GRU recurrences is written out
   (``jax.custom_jvp``): the forward loop also stacks each step's derivative
   coefficients (computed elementwise where the activations are at hand), and the
-  tangent loop is linear in the tangents with the weight terms (``h_{t-1} @
-  dweight_hh.T`` and the like) one product per chunk of about 320 rows of time steps
-  by batch. JAX's transpose of it (reverse mode) is a backward loop that carries only
-  ``dgates_t @ weight_hh``, recomputes nothing, and accumulates the weight gradients
-  one product per chunk, so the gate cotangents of all steps are never stored (the
-  benchmark's LSTM step 72.7 -> 61.1 ms, 37.7 -> 31.3 MiB of temporaries;
-  ``_recurrent_loop._tangent_loop`` has the measurements). Forward mode, reverse mode,
-  ``vmap`` and higher derivatives all work;
+  tangent loop is linear in the tangents with the weight term ``h_{t-1} @
+  dweight_hh.T`` one product over all steps outside it. JAX's transpose of it (reverse
+  mode) is a backward loop that carries only ``dgates_t @ weight_hh`` and recomputes
+  nothing, and the ``weight_hh`` gradient is one product over all steps after it, as
+  cuDNN and PyTorch do. LSTM and Elman layers whose gate tangents over all steps reach
+  2^21 elements (an LSTM of hidden 256 at batch 32 and 100 steps) instead take the weight
+  terms a chunk of about 320 rows of steps by batch at a time inside the loop, so the
+  backward loop accumulates the weight gradients one product per chunk and the gate
+  cotangents of all steps are never stored (that LSTM's training step 72.7 -> 61.1 ms,
+  37.7 -> 31.3 MiB of temporaries, compile +0.1-0.2 s; ``_recurrent_loop._tangent_loop``
+  has the measurements). Forward mode, reverse mode, ``vmap`` and higher derivatives
+  all work;
 - the gate activations are one ``tanh`` over the whole ``(batch, gates * hidden)`` block
   (``sigmoid(v) = 0.5 * tanh(0.5 * v) + 0.5``): XLA:CPU vectorizes that and not a
   transcendental per gate slice.

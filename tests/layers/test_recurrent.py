@@ -217,39 +217,50 @@ def test_two_layer_bidirectional_lstm_gradcheck():
 KINDS = {"rnn_tanh": "RNN", "rnn_relu": "RNN", "lstm": "LSTM", "gru": "GRU"}  # every Linearized
 
 
-# every kind stacked, both directions, padded; one plain single-layer run; and, with
-# 12 steps of a batch of 80, the tangent loop in three chunks of four steps
-# (``chunk_steps``), padded and not
-CHUNKED = (12, 80)
+# every kind stacked, both directions, padded; one plain single-layer run; and, with 32
+# steps of a batch of 128 and gate tangents of at least CHUNK_ELEMENTS, LSTM and Elman
+# layers whose tangent loop runs in chunks of two steps (``chunk_steps``; a stacked
+# chunked LSTM: ``test_partial_derivatives_skip_zero_tangents``)
+CHUNKED = (32, 128)
 DERIVATIVE_CASES = [
-    *[pytest.param(kind, 2, True, (T, 2), (T, B), id=f"l2-bi-pad-{kind}") for kind in KINDS],
-    pytest.param("lstm", 1, False, None, (T, B), id="l1-lstm"),
-    *[
-        pytest.param(kind, 1, True, "ragged", CHUNKED, id=f"chunked-bi-pad-{kind}")
-        for kind in ("lstm", "gru")
-    ],
-    pytest.param("rnn_tanh", 2, False, None, CHUNKED, id="chunked-l2-rnn_tanh"),
+    *[pytest.param(kind, 2, True, (T, 2), (T, B), 3, id=f"l2-bi-pad-{kind}") for kind in KINDS],
+    pytest.param("lstm", 1, False, None, (T, B), 3, id="l1-lstm"),
+    pytest.param("lstm", 1, True, "ragged", CHUNKED, 128, id="chunked-bi-pad-lstm"),
+    pytest.param("rnn_tanh", 1, False, "ragged", CHUNKED, 512, id="chunked-pad-rnn_tanh"),
 ]
+
+
+def _runs_in_chunks(gates: int, hidden: int, shape: tuple[int, int], directions: int = 1):
+    """Whether a fused layer's tangent loop is chunked for this shape."""
+    from purelayers.layers._recurrent_loop import CHUNK_ELEMENTS, chunk_steps
+
+    steps, batch = shape
+    big = steps * directions * batch * gates * hidden >= CHUNK_ELEMENTS
+    return big and chunk_steps(steps, batch) < steps
 
 
 def test_chunked_cases_run_in_chunks():
     from purelayers.layers._recurrent_loop import chunk_steps
 
-    assert chunk_steps(*CHUNKED) == 4
-    assert chunk_steps(T, B) == T  # the small cases: one chunk
+    assert chunk_steps(*CHUNKED) == 2
     assert chunk_steps(100, 32) == 10  # the benchmark's LSTM
     assert chunk_steps(97, 32) == 97  # no divisor near 10: one chunk
+    assert _runs_in_chunks(4, 128, CHUNKED) and _runs_in_chunks(1, 512, CHUNKED)
+    assert not _runs_in_chunks(4, 3, (T, B), 2)  # the small cases: one loop
+    assert not _runs_in_chunks(4, 64, CHUNKED)  # too few gate tangents to pay
 
 
-@pytest.mark.parametrize(("kind", "layers", "bidi", "lengths", "shape"), DERIVATIVE_CASES)
-def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi, lengths, shape):
+@pytest.mark.parametrize(("kind", "layers", "bidi", "lengths", "shape", "hidden"), DERIVATIVE_CASES)
+def test_custom_derivative_equals_jax_derivative_of_the_scan(
+    kind, layers, bidi, lengths, shape, hidden
+):
     """The sequence layers' written-out derivative (``custom_derivative=True``) against
     JAX's own derivative of the same scan (``custom_derivative=False``), in float64: the
     gradient w.r.t. the input, the initial state and every parameter, and a
     Hessian-vector product (forward over reverse), agree to round-off."""
     name, kw = KINDS[kind], {"nonlinearity": kind[4:]} if kind.startswith("rnn") else {}
     make = lambda custom: SEQ[name](  # noqa: E731
-        3, num_layers=layers, bidirectional=bidi, custom_derivative=custom, **kw
+        hidden, num_layers=layers, bidirectional=bidi, custom_derivative=custom, **kw
     )
     steps, batch = shape
     if lengths == "ragged":  # every length from 1 to ``steps``, some sequences full
@@ -261,7 +272,7 @@ def test_custom_derivative_equals_jax_derivative_of_the_scan(kind, layers, bidi,
         )
         hx = jax.tree.map(
             lambda a: jnp.asarray(a, jnp.float64),
-            _rnd_state(name, layers * (2 if bidi else 1), batch, 3),
+            _rnd_state(name, layers * (2 if bidi else 1), batch, hidden),
         )
         lens = None if lengths is None else jnp.asarray(lengths)
         args = (params, x, hx)
@@ -288,13 +299,14 @@ def test_partial_derivatives_skip_zero_tangents(wrt):
     """Differentiating with respect to one argument only (the weights' tangents, or the
     input's, are then symbolic zeros the written-out derivative leaves out of its
     chunked products): reverse and forward mode against JAX's own derivative of the
-    scan, a two-layer LSTM in chunks (12 steps of a batch of 80), float64."""
+    scan, a two-layer LSTM in chunks (32 steps of a batch of 128), float64."""
     steps, batch = CHUNKED
-    make = lambda custom: L.LSTM(3, num_layers=2, custom_derivative=custom)  # noqa: E731
+    assert _runs_in_chunks(4, 128, CHUNKED)
+    make = lambda custom: L.LSTM(128, num_layers=2, custom_derivative=custom)  # noqa: E731
     with jax.enable_x64():
         x = jnp.asarray(_randn((steps, batch, IN)), jnp.float64)
         params = make(True).init(jax.random.key(0), x.shape, jnp.float64)
-        hx = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _rnd_state("LSTM", 2, batch, 3))
+        hx = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _rnd_state("LSTM", 2, batch, 128))
         index = {"params": 0, "input": 1, "state": 2}[wrt]
 
         def results(layer):
@@ -437,19 +449,20 @@ def test_lengths_match_packed_sequences(torch, name, batch_first):
     _packed_parity(torch, name, np.array([5, 2, 4], np.int32), batch_first)
 
 
-@pytest.mark.parametrize("name", ["LSTM", "GRU"])
-def test_chunked_backward_matches_packed_sequences(torch, name):
-    """12 steps of a batch of 80: the tangent loop runs in chunks of four steps (see
-    ``test_chunked_cases_run_in_chunks``), with lengths from 1 to 12 across the batch."""
-    _packed_parity(torch, name, np.minimum(np.arange(80) % 15 + 1, 12).astype(np.int32), False)
+def test_chunked_backward_matches_packed_sequences(torch):
+    """An LSTM of hidden 128 over 32 steps of a batch of 128, lengths 1 to 32 across the
+    batch: its tangent loop runs in chunks of two steps (``_runs_in_chunks``)."""
+    assert _runs_in_chunks(4, 128, CHUNKED, 2)
+    lengths = np.minimum(np.arange(128) % 35 + 1, 32).astype(np.int32)
+    _packed_parity(torch, "LSTM", lengths, False, hidden=128)
 
 
-def _packed_parity(torch, name, lengths, batch_first):
+def _packed_parity(torch, name, lengths, batch_first, hidden=H):
     bsz, steps = len(lengths), int(lengths.max())
     module = getattr(torch.nn, name)(
-        IN, H, num_layers=2, bidirectional=True, batch_first=batch_first
+        IN, hidden, num_layers=2, bidirectional=True, batch_first=batch_first
     )
-    layer = SEQ[name](H, num_layers=2, bidirectional=True, batch_first=batch_first)
+    layer = SEQ[name](hidden, num_layers=2, bidirectional=True, batch_first=batch_first)
     shape = (bsz, steps, IN) if batch_first else (steps, bsz, IN)
     rnn = torch.nn.utils.rnn
 
