@@ -175,8 +175,8 @@ def _recurrence_jvp(kind, unroll, primals, tangents):
     final, ys, (factors, prev_h) = _scan(step, unroll, gi, state0, (w_hh, b_hh), lengths, True)
     if prev_h is None:
         prev_h = jnp.concatenate([state0[0][None], ys[:-1]])
-    # the tangent of h_{t-1} @ w_hh.T + b_hh that does not depend on the loop, taken a
-    # chunk of steps at a time; where gi and gh are only summed (LSTM, Elman) the loop
+    # the tangent of h_{t-1} @ w_hh.T + b_hh that does not depend on the loop, one product
+    # over all steps before it; where gi and gh are only summed (LSTM, Elman) the loop
     # adds it to d_gi, so the backward loop writes one cotangent per step, not two
     terms = ((prev_h, d_w),)
     d_final, d_ys = _tangent_loop(
