@@ -6,10 +6,10 @@ layer at once, masked by ``lengths``, and its written-out derivative
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
@@ -180,7 +180,7 @@ def _recurrence_jvp(kind, unroll, primals, tangents):
     # adds it to d_gi, so the backward loop writes one cotangent per step, not two
     terms = ((prev_h, d_w),)
     d_final, d_ys = _tangent_loop(
-        lin, unroll, factors, d_gi, terms, d_b, kind.inner, d_state0, w_hh, lengths, False
+        lin, unroll, factors, d_gi, terms, d_b, kind.inner, d_state0, w_hh, lengths, chunked=False
     )
     return (final, ys), (d_final, d_ys)
 
@@ -192,7 +192,7 @@ def chunk_steps(steps: int, batch: int) -> int:
     of 128 in chunks of 2; 97 steps in one."""
     target = max(CHUNK_ROWS / max(batch, 1), 1.0)
     near = [d for d in range(1, steps + 1) if steps % d == 0 and target / 2 <= d <= target * 2]
-    return min(near, key=lambda d: abs(np.log(d / target))) if near else steps
+    return min(near, key=lambda d: abs(math.log(d / target))) if near else steps
 
 
 # rows (steps x batch) of one chunk's weight-gradient product: 320 rows ran at ~155
@@ -208,7 +208,9 @@ CHUNK_ROWS = 320
 CHUNK_ELEMENTS = 2**21
 
 
-def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh, lengths, chunked):
+def _tangent_loop(
+    lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh, lengths, *, chunked
+):
     """The linear loop of the recurrence's tangent; JAX's transpose of it is the backward
     pass. Each step adds ``dh_{t-1} @ w_hh.T`` to the tangents from outside the loop:
     ``d_gi`` ``(T, ...)`` (or ``None``) and the terms ``sum(seq @ w.T for seq, w in
@@ -253,8 +255,7 @@ def _tangent_loop(lin, unroll, factors, d_gi, terms, d_b, inner, d_state0, w_hh,
             d_new, d_h = lin.tangent(fac_t, d_gi_t, d_gh_t, d_carry)
             return _mask(d_new, d_h, d_carry, t, lengths)
 
-        length = jax.tree.leaves(fac)[0].shape[0]
-        return lax.scan(step, d_carry, (fac, d_gi, d_ghw, ts), unroll=min(unroll, length))
+        return lax.scan(step, d_carry, (fac, d_gi, d_ghw, ts), unroll=min(unroll, size))
 
     inputs = (factors, tuple(s for s, _ in terms), d_gi, jnp.arange(steps, dtype=jnp.int32))
     if size == steps:  # one chunk: one loop, the terms before it
@@ -323,21 +324,29 @@ def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     terms, d_bias = [], None
     if not all(_zero(t) for t in (d_w_ih, d_w_hh, d_b)):
         seqs, d_ws = [xs, prev_h], [_dense(d_w_ih, w_ih), _dense(d_w_hh, w_hh)]
-        if b is not None and chunked:
-            # the bias as a column of ones: its gradient in each chunk's weight product
-            seqs.append(jnp.ones((*xs.shape[:-1], 1), xs.dtype))
-            d_ws.append(_dense(d_b, b).reshape((*w_ih.shape[:-1], 1)))
-        elif b is not None:
-            d_bias = _dense(d_b, b)
-        if chunked:  # one product per chunk: [x, h_{t-1}, 1] @ [dw_ih, dw_hh, db].T
+        if not chunked:  # one product per term over all steps, the bias added
+            terms += zip(seqs, d_ws, strict=True)
+            d_bias = None if b is None else _dense(d_b, b)
+        else:  # one product per chunk: [x, h_{t-1}, 1] @ [dw_ih, dw_hh, db].T
+            if b is not None:  # the bias as a column of ones
+                seqs.append(jnp.ones((*xs.shape[:-1], 1), xs.dtype))
+                d_ws.append(_dense(d_b, b).reshape((*w_ih.shape[:-1], 1)))
             terms.append((jnp.concatenate(seqs, axis=-1), jnp.concatenate(d_ws, axis=-1)))
-        else:
-            terms += list(zip(seqs, d_ws, strict=True))
     if not _zero(d_xs):
         terms.append((d_xs, w_ih))
     d_state0 = tuple(_dense(d, s) for d, s in zip(d_state0, state0, strict=True))
     d_final, d_ys = _tangent_loop(
-        lin, unroll, factors, None, tuple(terms), d_bias, False, d_state0, w_hh, lengths, chunked
+        lin,
+        unroll,
+        factors,
+        None,
+        tuple(terms),
+        d_bias,
+        False,
+        d_state0,
+        w_hh,
+        lengths,
+        chunked=chunked,
     )
     return (final, ys), (d_final, d_ys)
 
