@@ -5,6 +5,7 @@ import itertools
 import warnings
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -48,16 +49,11 @@ def _parity(module, layer, x, hx=None, *, rtol=1e-4, atol=1e-5, **kw):
     )
 
 
-def _rnd_state(kind, lead, batch, hidden, seed=7):
-    """A random initial state ``(lead, batch, hidden)`` (an LSTM's ``(h, c)``)."""
-    h = _randn((lead, batch, hidden), seed)
-    return (h, _randn((lead, batch, hidden), seed + 1)) if kind.startswith("LSTM") else h
-
-
-def _hx(kind, lead, batched, seed=7):
-    shape = (lead, B, H) if batched else (lead, H)
+def _hx(kind, lead, batched, seed=7, batch=B, hidden=H):
+    """A random initial state ``([lead,] [batch,] hidden)`` (an LSTM's ``(h, c)``)."""
+    shape = (lead, batch, hidden) if batched else (lead, hidden)
     if lead is None:
-        shape = (B, H) if batched else (H,)
+        shape = (batch, hidden) if batched else (hidden,)
     h = _randn(shape, seed)
     return (h, _randn(shape, seed + 1)) if kind.startswith("LSTM") else h
 
@@ -230,24 +226,41 @@ DERIVATIVE_CASES = [
 ]
 
 
-def _runs_in_chunks(gates: int, hidden: int, shape: tuple[int, int], directions: int = 1):
-    """Whether a fused layer's tangent loop is chunked for this shape."""
-    from purelayers.layers._recurrent_loop import CHUNK_ELEMENTS, chunk_steps
+def _runs_in_chunks(layer, shape: tuple[int, int]) -> bool:
+    """Whether ``layer``'s gradient at input ``(steps, batch, IN)`` has a loop inside a
+    loop, the chunked tangent loop's transpose (read from the traced program)."""
+    x = jax.ShapeDtypeStruct((*shape, IN), jnp.float32)
+    params = jax.eval_shape(lambda: layer.init(jax.random.key(0), x.shape))
+    jaxpr = jax.make_jaxpr(jax.grad(lambda p, x: jnp.sum(layer.apply(p, x)[0])))(params, x)
 
-    steps, batch = shape
-    big = steps * directions * batch * gates * hidden >= CHUNK_ELEMENTS
-    return big and chunk_steps(steps, batch) < steps
+    def scans(jaxpr, depth):  # the deepest nesting of scans in ``jaxpr``
+        deepest = depth
+        for eqn in jaxpr.eqns:
+            inner = depth + (eqn.primitive.name == "scan")
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                deepest = max(deepest, scans(sub, inner))
+        return deepest
+
+    return scans(jaxpr.jaxpr, 0) >= 2
 
 
 def test_chunked_cases_run_in_chunks():
+    """Chunk sizes worked by hand: the divisor of ``steps`` nearest to ``320 / batch`` in
+    ratio, within a factor of two of it. 320 / 128 = 2.5: of 32's divisors 2 and 4, 2
+    (ratio 1.25 against 1.6); 320 / 32 = 10: 10 divides 100; 97 is prime: one chunk.
+    The chunked cases' layers chunk (gate tangents of at least 2^21 elements: 32 x 128 x
+    512), the small ones and a hidden-64 LSTM (2^20) run one loop."""
     from purelayers.layers._recurrent_loop import chunk_steps
 
     assert chunk_steps(*CHUNKED) == 2
     assert chunk_steps(100, 32) == 10  # the benchmark's LSTM
-    assert chunk_steps(97, 32) == 97  # no divisor near 10: one chunk
-    assert _runs_in_chunks(4, 128, CHUNKED) and _runs_in_chunks(1, 512, CHUNKED)
-    assert not _runs_in_chunks(4, 3, (T, B), 2)  # the small cases: one loop
-    assert not _runs_in_chunks(4, 64, CHUNKED)  # too few gate tangents to pay
+    assert chunk_steps(97, 32) == 97
+    assert _runs_in_chunks(L.LSTM(128), CHUNKED)
+    assert _runs_in_chunks(L.LSTM(128, bidirectional=True), CHUNKED)
+    assert _runs_in_chunks(L.RNN(512), CHUNKED)
+    assert not _runs_in_chunks(L.LSTM(3, num_layers=2, bidirectional=True), (T, B))
+    assert not _runs_in_chunks(L.LSTM(64), CHUNKED)
+    assert not _runs_in_chunks(L.GRU(256), CHUNKED)  # GRU keeps one loop
 
 
 @pytest.mark.parametrize(("kind", "layers", "bidi", "lengths", "shape", "hidden"), DERIVATIVE_CASES)
@@ -272,7 +285,7 @@ def test_custom_derivative_equals_jax_derivative_of_the_scan(
         )
         hx = jax.tree.map(
             lambda a: jnp.asarray(a, jnp.float64),
-            _rnd_state(name, layers * (2 if bidi else 1), batch, hidden),
+            _hx(name, layers * (2 if bidi else 1), True, batch=batch, hidden=hidden),
         )
         lens = None if lengths is None else jnp.asarray(lengths)
         args = (params, x, hx)
@@ -301,12 +314,13 @@ def test_partial_derivatives_skip_zero_tangents(wrt):
     chunked products): reverse and forward mode against JAX's own derivative of the
     scan, a two-layer LSTM in chunks (32 steps of a batch of 128), float64."""
     steps, batch = CHUNKED
-    assert _runs_in_chunks(4, 128, CHUNKED)
     make = lambda custom: L.LSTM(128, num_layers=2, custom_derivative=custom)  # noqa: E731
     with jax.enable_x64():
         x = jnp.asarray(_randn((steps, batch, IN)), jnp.float64)
         params = make(True).init(jax.random.key(0), x.shape, jnp.float64)
-        hx = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), _rnd_state("LSTM", 2, batch, 128))
+        hx = jax.tree.map(
+            lambda a: jnp.asarray(a, jnp.float64), _hx("LSTM", 2, True, batch=batch, hidden=128)
+        )
         index = {"params": 0, "input": 1, "state": 2}[wrt]
 
         def results(layer):
@@ -451,8 +465,7 @@ def test_lengths_match_packed_sequences(torch, name, batch_first):
 
 def test_chunked_backward_matches_packed_sequences(torch):
     """An LSTM of hidden 128 over 32 steps of a batch of 128, lengths 1 to 32 across the
-    batch: its tangent loop runs in chunks of two steps (``_runs_in_chunks``)."""
-    assert _runs_in_chunks(4, 128, CHUNKED, 2)
+    batch: its tangent loop runs in chunks of two steps (``test_chunked_cases_run_in_chunks``)."""
     lengths = np.minimum(np.arange(128) % 35 + 1, 32).astype(np.int32)
     _packed_parity(torch, "LSTM", lengths, False, hidden=128)
 
