@@ -269,15 +269,31 @@ def _tangent_loop(
 
 
 def _fused_step(cell):
-    """A step whose gates are one product ``[x_t, h_{t-1}] @ [w_ih, w_hh].T`` plus the
-    bias, ``cell``'s ``gi`` and ``gh`` (``cell`` only sums them)."""
+    """A step whose gates are one product ``[x_t, h_{t-1}] @ w_t`` plus the bias,
+    ``cell``'s ``gi`` and ``gh`` (``cell`` only sums them); ``w_t`` is ``_joined_t``'s."""
 
     def step(x_t, state, recurrent):
-        w, b = recurrent
-        z = hmm(jnp.concatenate([x_t, state[0]], axis=-1), w)
+        w_t, b = recurrent
+        xh = jnp.concatenate([x_t, state[0]], axis=-1)
+        if w_t.ndim == 3:  # one batched product per direction
+            z = lax.dot_general(xh, w_t, (((xh.ndim - 1,), (1,)), ((0,), (0,))))
+        else:
+            z = lax.dot_general(xh, w_t, (((xh.ndim - 1,), (0,)), ((), ())))
         return cell(z, jnp.zeros((), z.dtype) if b is None else b, state)
 
     return step
+
+
+def _joined_t(w_ih: jax.Array, w_hh: jax.Array) -> jax.Array:
+    """``[w_ih, w_hh]`` ``([D,] G, I + H)`` joined and transposed once before the loop, to
+    ``([D,] I + H, G)``: each step's product then reads its right operand row by row
+    instead of transposing it. XLA:CPU's per-step products with small batches run faster
+    so (interleaved medians, 2-core AVX-512 CPU): a loop of 100 ``[32, 320] x [320,
+    1024]`` products 0.93x the time, ``[32, 256] x [256, 768]`` 0.86x, ``[32, 256] x [256,
+    256]`` 0.86x, ``[64, 512] x [512, 2048]`` a tie (1.02x); the benchmark's LSTM (batch
+    32, 64 inputs, hidden 256, 100 steps) forward 0.87-0.92x in three runs, its training
+    step within noise (0.95-1.02x, six runs)."""
+    return jnp.concatenate([w_ih, w_hh], axis=-1).swapaxes(-1, -2)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -295,7 +311,7 @@ def _fused_recurrence(kind, unroll, xs, state0, w_ih, w_hh, b, lengths):
     [x, h_{t-1}, 1] @ [dw_ih, dw_hh, db].T`` taken in ``_tangent_loop``'s chunks (the
     column of ones puts the bias gradient in the weights' product); terms whose tangents
     are symbolic zeros, such as a first layer's input, are left out."""
-    w = jnp.concatenate([w_ih, w_hh], axis=-1)
+    w = _joined_t(w_ih, w_hh)
     step = _fused_step(kind.cell)
     final, ys, _ = _scan(
         lambda g, st, r: (*step(g, st, r), None), unroll, xs, state0, (w, b), lengths
@@ -307,7 +323,7 @@ def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     xs, state0, w_ih, w_hh, b, lengths = primals
     d_xs, d_state0, d_w_ih, d_w_hh, d_b, _ = tangents
     lin = kind.linearized
-    w = jnp.concatenate([w_ih, w_hh], axis=-1)
+    w = _joined_t(w_ih, w_hh)
     forward = _fused_step(lin.forward)
 
     def step(x_t, state, recurrent):
