@@ -151,11 +151,14 @@ def _recurrence(kind, unroll, gi, state0, w_hh, b_hh, lengths):
     step's derivative coefficients, and the tangent loop (``_tangent_loop``, in one
     chunk) is linear, with the weight term ``h_{t-1} @ dw_hh.T`` one product over all
     steps before it. JAX's transpose of that loop is the backward pass: it carries only
-    ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it."""
-    step = make_step(kind)
-    final, ys, _ = _scan(
-        lambda g, st, r: (*step(g, st, r), None), unroll, gi, state0, (w_hh, b_hh), lengths
-    )
+    ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it. The loops
+    over time multiply by ``w_hh`` transposed once before them (``_transposed``)."""
+
+    def step(g, state, recurrent):
+        w_t, b = recurrent
+        return (*kind.cell(g, add(_times(state[0], w_t), b), state), None)
+
+    final, ys, _ = _scan(step, unroll, gi, state0, (_transposed(w_hh), b_hh), lengths)
     return final, ys
 
 
@@ -166,13 +169,14 @@ def _recurrence_jvp(kind, unroll, primals, tangents):
     lin = kind.linearized
 
     def step(g, state, recurrent):
-        w, b = recurrent
-        new, h, factors = lin.forward(g, add(hmm(state[0], w), b), state)
+        w_t, b = recurrent
+        new, h, factors = lin.forward(g, add(_times(state[0], w_t), b), state)
         # h_{t-1} for the weight term: the outputs shifted by one step, unless padding
         # zeroes outputs while the state is held
         return new, h, (factors, None if lengths is None else state[0])
 
-    final, ys, (factors, prev_h) = _scan(step, unroll, gi, state0, (w_hh, b_hh), lengths, True)
+    recurrent = (_transposed(w_hh), b_hh)
+    final, ys, (factors, prev_h) = _scan(step, unroll, gi, state0, recurrent, lengths, True)
     if prev_h is None:
         prev_h = jnp.concatenate([state0[0][None], ys[:-1]])
     # the tangent of h_{t-1} @ w_hh.T + b_hh that does not depend on the loop, one product
@@ -269,31 +273,38 @@ def _tangent_loop(
 
 
 def _fused_step(cell):
-    """A step whose gates are one product ``[x_t, h_{t-1}] @ w_t`` plus the bias,
-    ``cell``'s ``gi`` and ``gh`` (``cell`` only sums them); ``w_t`` is ``_joined_t``'s."""
+    """A step whose gates are one product ``[x_t, h_{t-1}] @ [w_ih, w_hh].T`` plus the
+    bias, ``cell``'s ``gi`` and ``gh`` (``cell`` only sums them); the step is given the
+    joined weights transposed (``_transposed``)."""
 
     def step(x_t, state, recurrent):
         w_t, b = recurrent
-        xh = jnp.concatenate([x_t, state[0]], axis=-1)
-        if w_t.ndim == 3:  # one batched product per direction
-            z = lax.dot_general(xh, w_t, (((xh.ndim - 1,), (1,)), ((0,), (0,))))
-        else:
-            z = lax.dot_general(xh, w_t, (((xh.ndim - 1,), (0,)), ((), ())))
+        z = _times(jnp.concatenate([x_t, state[0]], axis=-1), w_t)
         return cell(z, jnp.zeros((), z.dtype) if b is None else b, state)
 
     return step
 
 
-def _joined_t(w_ih: jax.Array, w_hh: jax.Array) -> jax.Array:
-    """``[w_ih, w_hh]`` ``([D,] G, I + H)`` joined and transposed once before the loop, to
-    ``([D,] I + H, G)``: each step's product then reads its right operand row by row
+def _transposed(w: jax.Array) -> jax.Array:
+    """A weight ``([D,] G, K)`` transposed once before a loop over time, to ``([D,] K,
+    G)``, so that each step's product (``_times``) reads its right operand row by row
     instead of transposing it. XLA:CPU's per-step products with small batches run faster
     so (interleaved medians, 2-core AVX-512 CPU): a loop of 100 ``[32, 320] x [320,
     1024]`` products 0.93x the time, ``[32, 256] x [256, 768]`` 0.86x, ``[32, 256] x [256,
     256]`` 0.86x, ``[64, 512] x [512, 2048]`` a tie (1.02x); the benchmark's LSTM (batch
     32, 64 inputs, hidden 256, 100 steps) forward 0.87-0.92x in three runs, its training
-    step within noise (0.95-1.02x, six runs)."""
-    return jnp.concatenate([w_ih, w_hh], axis=-1).swapaxes(-1, -2)
+    step within noise (0.95-1.02x, six runs); a GRU of the same sizes forward 0.97x and
+    its forward and backward 0.96-0.99x (two runs each). The backward loops keep ``w``:
+    their products, ``dg_t @ w``, already read it row by row."""
+    return w.swapaxes(-1, -2)
+
+
+def _times(h: jax.Array, w_t: jax.Array) -> jax.Array:
+    """``h @ w_t`` over the last axis: ``h`` ``([D,] B, K)``, ``w_t`` ``([D,] K, G)``, one
+    batched product per direction when both have the leading axis."""
+    if w_t.ndim == 3:
+        return lax.dot_general(h, w_t, (((h.ndim - 1,), (1,)), ((0,), (0,))))
+    return lax.dot_general(h, w_t, (((h.ndim - 1,), (0,)), ((), ())))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -311,10 +322,10 @@ def _fused_recurrence(kind, unroll, xs, state0, w_ih, w_hh, b, lengths):
     [x, h_{t-1}, 1] @ [dw_ih, dw_hh, db].T`` taken in ``_tangent_loop``'s chunks (the
     column of ones puts the bias gradient in the weights' product); terms whose tangents
     are symbolic zeros, such as a first layer's input, are left out."""
-    w = _joined_t(w_ih, w_hh)
+    w_t = _transposed(jnp.concatenate([w_ih, w_hh], axis=-1))
     step = _fused_step(kind.cell)
     final, ys, _ = _scan(
-        lambda g, st, r: (*step(g, st, r), None), unroll, xs, state0, (w, b), lengths
+        lambda g, st, r: (*step(g, st, r), None), unroll, xs, state0, (w_t, b), lengths
     )
     return final, ys
 
@@ -323,14 +334,14 @@ def _fused_recurrence_jvp(kind, unroll, primals, tangents):
     xs, state0, w_ih, w_hh, b, lengths = primals
     d_xs, d_state0, d_w_ih, d_w_hh, d_b, _ = tangents
     lin = kind.linearized
-    w = _joined_t(w_ih, w_hh)
+    w_t = _transposed(jnp.concatenate([w_ih, w_hh], axis=-1))
     forward = _fused_step(lin.forward)
 
     def step(x_t, state, recurrent):
         new, h, factors = forward(x_t, state, recurrent)
         return new, h, (factors, None if lengths is None else state[0])
 
-    final, ys, (factors, prev_h) = _scan(step, unroll, xs, state0, (w, b), lengths, True)
+    final, ys, (factors, prev_h) = _scan(step, unroll, xs, state0, (w_t, b), lengths, True)
     if prev_h is None:
         prev_h = jnp.concatenate([state0[0][None], ys[:-1]])
     # the projection's tangent dx @ w_ih.T + x @ dw_ih.T + h_{t-1} @ dw_hh.T + db, for
