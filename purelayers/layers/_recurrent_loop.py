@@ -151,8 +151,8 @@ def _recurrence(kind, unroll, gi, state0, w_hh, b_hh, lengths):
     step's derivative coefficients, and the tangent loop (``_tangent_loop``, in one
     chunk) is linear, with the weight term ``h_{t-1} @ dw_hh.T`` one product over all
     steps before it. JAX's transpose of that loop is the backward pass: it carries only
-    ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it. The loops
-    over time multiply by ``w_hh`` transposed once before them (``_transposed``)."""
+    ``dgh_t @ w_hh`` and forms the ``w_hh`` gradient as one product after it. The forward
+    loops multiply by ``w_hh`` transposed once before them (``_transposed``)."""
 
     def step(g, state, recurrent):
         w_t, b = recurrent
