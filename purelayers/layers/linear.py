@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
-from purelayers.layers._checks import LayerError, as_shape, check_int
+from purelayers.layers._checks import LayerError, as_shape, check_int, summed_in_float32
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["Linear"]
@@ -122,5 +122,6 @@ def linear(
         (((jnp.ndim(x) - 1,), (0 if transposed else 1,)), ((), ())),
     )
     if "bias" in params:
-        y = y + params["bias"].astype(dtype).reshape((1,) * (y.ndim - 1) + (out,))
+        b = params["bias"].astype(dtype).reshape((1,) * (y.ndim - 1) + (out,))
+        y = y + summed_in_float32(b, y.shape)
     return y
