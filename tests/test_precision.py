@@ -128,19 +128,21 @@ def test_integer_inputs_pass_through():
         (L.Conv1d(32, 3, padding=1), [(32, 64, 128)]),
         (L.Conv2d(16, 3, padding=1), [(16, 8, 32, 32)]),
         (L.Bilinear(16), [(32, 128, 8), (32, 128, 12)]),
+        (L.PReLU(8), [(32, 8, 512)]),
     ],
-    ids=["linear", "conv1d", "conv2d", "bilinear"],
+    ids=["linear", "conv1d", "conv2d", "bilinear", "prelu"],
 )
-def test_bias_gradients_sum_in_float32(layer, shapes):
-    """A bias's gradient is a sum over every broadcast row (4,096 here; 16,384 for the
-    2-d convolution), and XLA adds a bfloat16 sum in bfloat16, rounding each partial sum.
-    The loss ``sum(y + y**2)`` gives the output cotangent ``1 + 2y``, of mean ~1 on every
-    row, the case where rounded partial sums drift: JAX's own bias gradient (a bfloat16
-    broadcast's transpose) was 14% off float32's in relative norm for Linear, 13% for
-    Conv1d, 91% for Conv2d, 3.5% for Bilinear, while the weights' products, which
-    accumulate in float32,
-    are ~0.2% off. The layers broadcast their bias through float32, and the bias
-    gradient is as close to float32's as the weight's (~0.2%; asserted under 1%)."""
+def test_broadcast_parameter_gradients_sum_in_float32(layer, shapes):
+    """A bias's gradient (or a PReLU slope's) is a sum over every broadcast row (4,096
+    here; 16,384 for the 2-d convolution and PReLU), and XLA adds a bfloat16 sum in
+    bfloat16, rounding each partial sum. The loss ``sum(y + y**2)`` gives the output
+    cotangent ``1 + 2y``, of mean ~1 on every row, the case where rounded partial sums
+    drift: JAX's own gradient (a bfloat16 broadcast's transpose) was 14% off float32's in
+    relative norm for Linear's bias, 13% for Conv1d's, 91% for Conv2d's, 3.5% for
+    Bilinear's, 16% for PReLU's slope, while the weights' products, which accumulate in
+    float32, are ~0.2% off. The layers broadcast these parameters through float32, and
+    their gradients are as close to float32's as the weights' (~0.2%; asserted under 1%).
+    """
     params = layer.init(jax.random.key(0), shapes[0] if len(shapes) == 1 else tuple(shapes))
     xs = [jax.random.normal(jax.random.key(i + 1), shape) for i, shape in enumerate(shapes)]
 
@@ -148,6 +150,6 @@ def test_bias_gradients_sum_in_float32(layer, shapes):
         return jax.jit(jax.grad(lambda p: jnp.sum((lambda y: y + y * y)(apply(p, *xs)))))(params)
 
     ref, low = grads(layer.apply), grads(mixed_precision(layer.apply))
-    for name in ("weight", "bias"):
+    for name in ref:
         err = jnp.linalg.norm(low[name] - ref[name]) / jnp.linalg.norm(ref[name])
         assert float(err) < 0.01, (name, float(err))

@@ -30,6 +30,7 @@ from purelayers.layers._checks import (
     check_float,
     check_int,
     config_error,
+    summed_in_float32,
 )
 from purelayers.layers._softmax import (
     LogSoftmax,
@@ -207,7 +208,9 @@ def prelu(x: jax.Array, weight: jax.Array) -> jax.Array:
         slope = weight.reshape(())
     else:
         slope = broadcast_to_axis(weight, jnp.ndim(x), 1 if jnp.ndim(x) >= 2 else 0)
-    return jnp.where(x > 0, x, slope.astype(x.dtype) * x)
+    # its gradient, a sum over every broadcast element, adds in float32 under bfloat16
+    slope = summed_in_float32(slope.astype(x.dtype), jnp.shape(x))
+    return jnp.where(x > 0, x, slope * x)
 
 
 @dataclasses.dataclass(frozen=True)
