@@ -266,6 +266,13 @@ def summed_in_float32(p: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return jnp.broadcast_to(p.astype(jnp.float32), shape).astype(p.dtype)
 
 
+def add_bias(y: jax.Array, bias: jax.Array, axis: int) -> jax.Array:
+    """``y + bias``, a 1-D ``bias`` cast to ``y``'s dtype along ``axis`` of ``y``; its
+    gradient sums in float32 (``summed_in_float32``)."""
+    b = broadcast_to_axis(bias.astype(y.dtype), y.ndim, axis)
+    return y + summed_in_float32(b, y.shape)
+
+
 def broadcast_to_axis(v: jax.Array, ndim: int, axis: int) -> jax.Array:
     """Reshape a 1-D ``v`` so it broadcasts along ``axis`` of an ``ndim``-D array.
 

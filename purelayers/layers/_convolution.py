@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from purelayers.layers._checks import broadcast_to_axis, summed_in_float32
+from purelayers.layers._checks import add_bias
 from purelayers.layers._spatial import tap_windows
 
 Pads = tuple[tuple[int, int], ...]
@@ -63,7 +63,7 @@ def conv_nd(
     else:
         y = convolution(x, weight)
     if bias is not None:
-        y = y + summed_in_float32(broadcast_to_axis(bias.astype(dtype), y.ndim, 1), y.shape)
+        y = add_bias(y, bias, 1)
     return y
 
 

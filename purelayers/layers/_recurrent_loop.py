@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
-from purelayers.layers._checks import summed_in_float32
+from purelayers.layers._checks import add_bias, summed_in_float32
 from purelayers.layers._recurrent_cells import (
     Kind,
     add,
@@ -75,7 +75,7 @@ def run_layer(
     gi = hmm(x, w_ih)  # every step, every direction: one product
     if parts[0][1] is not None:
         b_in = jnp.concatenate([p[1] for p in parts], axis=0)
-        gi = gi + summed_in_float32(b_in.reshape(1, 1, -1), gi.shape)
+        gi = add_bias(gi, b_in, -1)
     if directions == 2:
         gi = gi.reshape(steps, batch, directions, gi.shape[-1] // directions)
         gi = jnp.stack([gi[:, :, 0], _reverse_time(gi[:, :, 1], lengths)], axis=1)

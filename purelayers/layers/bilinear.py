@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.init import Initializer, uniform
-from purelayers.layers._checks import LayerError, check_int, need_width, summed_in_float32
+from purelayers.layers._checks import LayerError, add_bias, check_int, need_width
 from purelayers.layers._two_inputs import pair_init, two_shapes
 from purelayers.layers.core import Layer, Params
 
@@ -128,6 +128,5 @@ class Bilinear(Layer):
         dtype = jnp.result_type(x1, x2)
         y = jnp.einsum("...i,oij,...j->...o", x1.astype(dtype), w.astype(dtype), x2.astype(dtype))
         if "bias" in params:
-            b = params["bias"].astype(dtype).reshape((1,) * (y.ndim - 1) + (-1,))
-            y = y + summed_in_float32(b, y.shape)
+            y = add_bias(y, params["bias"], -1)
         return y

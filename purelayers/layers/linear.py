@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
-from purelayers.layers._checks import LayerError, as_shape, check_int, summed_in_float32
+from purelayers.layers._checks import LayerError, add_bias, as_shape, check_int
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["Linear"]
@@ -104,7 +104,7 @@ def linear(
     """``x @ weight.T + bias`` (``x @ weight + bias`` if ``transposed``) with the shape
     check every Linear-like layer shares."""
     w = params["weight"]
-    fan_in, out = w.shape if transposed else w.shape[::-1]
+    fan_in = w.shape[0] if transposed else w.shape[1]
     if jnp.ndim(x) == 0 or jnp.shape(x)[-1] != fan_in:
         got = jnp.shape(x)[-1] if jnp.ndim(x) else "a scalar"
         raise LayerError(
@@ -122,6 +122,5 @@ def linear(
         (((jnp.ndim(x) - 1,), (0 if transposed else 1,)), ((), ())),
     )
     if "bias" in params:
-        b = params["bias"].astype(dtype).reshape((1,) * (y.ndim - 1) + (out,))
-        y = y + summed_in_float32(b, y.shape)
+        y = add_bias(y, params["bias"], -1)
     return y
