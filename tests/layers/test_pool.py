@@ -261,11 +261,11 @@ def test_shape_errors():
         model.apply({}, jnp.ones((1, 1, 4, 4)))
 
 
-def _special_windows() -> np.ndarray:
-    """``[2, 2, 4, 4]`` whose 2x2 windows hold two NaNs, a NaN after an infinity, only
-    ``-inf``, equal maxima, ``0`` beside ``-0``, only negatives and a tie at ``0``: the
-    cases where torch's choice of element is a rule rather than the largest value."""
-    x = np.random.default_rng(3).standard_normal((2, 2, 4, 4)).astype(np.float32)
+def _special_windows(channels: int = 2) -> np.ndarray:
+    """``[2, channels, 4, 4]`` whose 2x2 windows hold two NaNs, a NaN after an infinity,
+    only ``-inf``, equal maxima, ``0`` beside ``-0``, only negatives and a tie at ``0``:
+    the cases where torch's choice of element is a rule rather than the largest value."""
+    x = np.random.default_rng(3).standard_normal((2, channels, 4, 4)).astype(np.float32)
     nan, inf = np.nan, np.inf
     x[0, 0, :2, :2] = [[nan, 1], [nan, 2]]
     x[0, 0, :2, 2:] = [[inf, 1], [nan, 2]]
@@ -277,13 +277,15 @@ def _special_windows() -> np.ndarray:
     return x
 
 
-def test_tiled_max_gradient_follows_torch_through_nans_and_infinities(torch):
+@pytest.mark.parametrize("channels", [2, 20], ids=["channels-first", "channels-last"])
+def test_tiled_max_gradient_follows_torch_through_nans_and_infinities(torch, channels):
     """The tiled max (one variadic reduction, its derivative routed by the saved
     position) sends each window's gradient to torch's element: the last of two NaNs,
-    the NaN after an infinity, the first of ``-inf``s, the first of equal maxima."""
-    x = _special_windows()
+    the NaN after an infinity, the first of ``-inf``s, the first of equal maxima. Over
+    more than 16 channels the CPU reduces channels-last (``_channels_last``)."""
+    x = _special_windows(channels)
     layer = MaxPool2d(2)
-    g = np.random.default_rng(4).standard_normal((2, 2, 2, 2)).astype(np.float32)
+    g = np.random.default_rng(4).standard_normal((2, channels, 2, 2)).astype(np.float32)
     t = torch.tensor(x, requires_grad=True)
     torch.nn.MaxPool2d(2)(t).backward(torch.tensor(g))
     y, vjp = jax.vjp(lambda x: layer.apply({}, x), jnp.asarray(x))
@@ -292,24 +294,44 @@ def test_tiled_max_gradient_follows_torch_through_nans_and_infinities(torch):
     np.testing.assert_array_equal(np.asarray(vjp(jnp.asarray(g))[0]), t.grad.numpy())
 
 
+@pytest.mark.parametrize("channels", [2, 20], ids=["channels-first", "channels-last"])
 @pytest.mark.parametrize("layer", [MaxPool2d(2), MaxPool1d(3), MaxPool3d(2)], ids=repr)
-def test_tiled_max_second_derivatives_and_vmap(layer):
-    """Second derivatives (forward and reverse) through the tiled max, checked against
-    finite differences by ``jax.test_util.check_grads``; ``vmap`` over unbatched inputs
-    gives the batched values and gradients."""
-    shape = {1: (2, 2, 9), 2: (2, 2, 4, 6), 3: (2, 2, 4, 2, 4)}[layer._nd]
+def test_tiled_max_second_derivatives_and_vmap(layer, channels):
+    """Second derivatives (forward and reverse) through the tiled max, checked in float64
+    against finite differences by ``jax.test_util.check_grads`` (distinct values 1/size
+    apart, far beyond the step, so no window's maximum changes); ``vmap`` over
+    unbatched inputs gives the batched values and gradients."""
+    shape = {1: (2, channels, 9), 2: (2, channels, 4, 6), 3: (2, channels, 4, 2, 4)}[layer._nd]
     size = int(np.prod(shape))
-    x = jnp.asarray(np.random.default_rng(0).permutation(size), jnp.float32).reshape(shape)
+    order = np.random.default_rng(0).permutation(size).reshape(shape)
 
     def f(x):
         return jnp.sum(layer.apply({}, x) ** 3)
 
-    jax.test_util.check_grads(f, (x / size,), order=2, modes=("fwd", "rev"), eps=1e-3)
+    with jax.enable_x64(True):
+        x64 = jnp.asarray(order / size, jnp.float64)
+        jax.test_util.check_grads(f, (x64,), order=2, modes=("fwd", "rev"), eps=1e-6)
+    x = jnp.asarray(order, jnp.float32)
     batched = jax.vmap(lambda x: layer.apply({}, x))(x)
     np.testing.assert_array_equal(np.asarray(batched), np.asarray(layer.apply({}, x)))
     np.testing.assert_array_equal(
         np.asarray(jax.vmap(jax.grad(f))(x)), np.asarray(jax.grad(lambda x: f(x))(x))
     )
+
+
+def test_channels_last_max_is_the_cpu_choice_only():
+    """A tiled max over more than 16 channels reduces channels-last where the program is
+    lowered for the CPU (the channels moved last and back: transposes); lowered for a
+    GPU (no device needed: ``jax.export``) it reduces in place, as over 16 channels."""
+
+    def lowered(channels, platform):
+        x = jnp.ones((2, channels, 4, 4))
+        f = jax.jit(jax.grad(lambda x: jnp.sum(MaxPool2d(2).apply({}, x) ** 2)))
+        return jax.export.export(f, platforms=(platform,))(x).mlir_module()
+
+    assert "stablehlo.transpose" in lowered(17, "cpu")
+    assert "stablehlo.transpose" not in lowered(17, "cuda")
+    assert "stablehlo.transpose" not in lowered(16, "cpu")
 
 
 def _relu_input_shapes(model, x):
