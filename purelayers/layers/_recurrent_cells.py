@@ -11,13 +11,13 @@ cells that only sum ``gi`` and ``gh`` (LSTM, Elman), as part of one product per 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from purelayers.init import Initializer, uniform
@@ -47,11 +47,34 @@ def gate_activations(z: jax.Array, tanh_blocks: tuple[int, ...], blocks: int) ->
     float32 ulps), but XLA:CPU vectorizes one transcendental over a contiguous array and
     not one over each slice: inside the LSTM time loop this made the gate arithmetic
     4.6x faster (batch 32, hidden 256: 0.21 ms to 0.045 ms a step)."""
+    scale, shift = _gate_constants(z, tanh_blocks, blocks)
+    return jnp.tanh(z * scale) * scale + shift
+
+
+def gate_derivatives(a: jax.Array, tanh_blocks: tuple[int, ...], blocks: int) -> jax.Array:
+    """The derivatives of ``gate_activations`` at its output ``a``, again in one pass over
+    the whole array: ``scale**2 - (a - shift)**2``, which is ``a * (1 - a)`` on the
+    sigmoid blocks and ``1 - a**2`` on the tanh blocks. In the LSTM step it replaces one
+    product per gate block and their concatenation: the benchmark's training step (batch
+    32, 64 inputs, hidden 256, 100 steps) compiles 64 kernels instead of 68, its forward
+    loop 17 instead of 22."""
+    scale, shift = _gate_constants(a, tanh_blocks, blocks)
+    u = a - shift
+    return scale * scale - u * u
+
+
+def _gate_constants(z: jax.Array, tanh_blocks: tuple[int, ...], blocks: int):
+    """Per column of ``z``: the scale (1 on tanh blocks, 0.5 on sigmoid blocks) and the
+    shift (0 and 0.5) of ``a = scale * tanh(scale * z) + shift``, as ``(1, ..., 1, G)``
+    constants of the program. Computed in it (an iota, compares and selects over ``z``'s
+    shape) they were two kernels more to compile in the LSTM training step, which XLA
+    kept out of the time loop as two ``[B, 4H]`` arrays."""
     width = z.shape[-1] // blocks
-    block = lax.broadcasted_iota(jnp.int32, z.shape, z.ndim - 1) // width
-    is_tanh = functools.reduce(jnp.logical_or, [block == b for b in tanh_blocks])
-    scale = jnp.where(is_tanh, 1.0, 0.5).astype(z.dtype)
-    return jnp.tanh(z * scale) * scale + (1 - scale)
+    is_tanh = np.isin(np.arange(z.shape[-1]) // width, tanh_blocks)
+    row = (1,) * (z.ndim - 1) + (z.shape[-1],)
+    scale = jnp.asarray(np.where(is_tanh, 1.0, 0.5).reshape(row), z.dtype)
+    shift = jnp.asarray(np.where(is_tanh, 0.0, 0.5).reshape(row), z.dtype)
+    return scale, shift
 
 
 # -- gate arithmetic: (gi_t, gh_t, state) -> (state', h_t), with its derivative ---------
@@ -103,7 +126,7 @@ def _lstm_forward(gi, gh, state):
     h = o * tc
     # dc = sum over the (i, f, g) blocks of coef * dz + f * dc_prev;
     # dh = (o block of coef * dz) + q * dc, with da the activations' derivatives
-    da = jnp.concatenate([i * (1 - i), f * (1 - f), 1 - g * g, o * (1 - o)], axis=-1)
+    da = gate_derivatives(a, (2,), 4)
     coef = da * jnp.concatenate([g, c_prev, i, tc], axis=-1)
     return (h, c), h, (coef, f, o * (1 - tc * tc))
 

@@ -440,6 +440,28 @@ def _cho_reference(params, x, h):
     return (1 - z) * n + z * h
 
 
+@pytest.mark.parametrize("blocks, shape", [(4, (12,)), (4, (2, 3, 8)), (3, (5, 6))])
+def test_gate_activations_and_derivatives_match_sigmoid_and_tanh(blocks, shape):
+    """One ``tanh`` over all gate blocks (block 2 ``tanh``, the others the sigmoid) equals
+    ``jax.nn.sigmoid`` / ``jnp.tanh`` block by block, and ``gate_derivatives`` at its
+    output equals their derivatives (``s * (1 - s)``, ``1 - t**2``), in float64 with
+    saturated inputs (+-30) among them; the constants broadcast over any leading axes."""
+    from purelayers.layers._recurrent_cells import gate_activations, gate_derivatives
+
+    with jax.enable_x64():
+        z = jnp.asarray(_rng(3).standard_normal(shape) * 4)
+        z = z.at[..., 0].set(30.0).at[..., -1].set(-30.0)
+        a = gate_activations(z, (2,), blocks)
+        da = gate_derivatives(a, (2,), blocks)
+        width = shape[-1] // blocks
+        for b in range(blocks):
+            cols = slice(b * width, (b + 1) * width)
+            f = jnp.tanh if b == 2 else jax.nn.sigmoid
+            want, dwant = jax.jvp(f, (z[..., cols],), (jnp.ones_like(z[..., cols]),))
+            np.testing.assert_allclose(a[..., cols], want, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(da[..., cols], dwant, rtol=1e-9, atol=1e-15)
+
+
 def test_gru_reset_before_matches_hand_written_reference():
     cell = L.GRUCell(H, reset_after=False)
     params = cell.init(jax.random.key(3), (B, IN))
