@@ -162,7 +162,7 @@ def test_explicit_path_equals_fused_path(kv_heads):
             for attend in (
                 lambda *a, full=full: jax.nn.dot_product_attention(*a[:3], bias=a[3], mask=full),
                 lambda *a, causal=causal: _attend_explicit(
-                    *a[:3], mask, a[3], causal, 1 / np.sqrt(5), 0.0, None, "t"
+                    *a[:3], mask, a[3], causal, 1 / np.sqrt(5), 0.0, None
                 ),
             ):
                 value, grads = jax.value_and_grad(
@@ -199,10 +199,10 @@ def test_causal_halves_equal_one_block(t, kv_heads):
         return jax.value_and_grad(lambda *a: jnp.sum(attend(*a) * cot), argnums=(0, 1, 2))(q, k, v)
 
     with jax.enable_x64(True):
-        halves = jax.make_jaxpr(lambda *a: _attend_cpu(*a, None, None, True, 0.3, "t"))(q, k, v)
+        halves = jax.make_jaxpr(lambda *a: _attend_cpu(*a, None, None, True, 0.3))(q, k, v)
         assert str(halves).count("exp") == 2  # two softmaxes: two blocks
-        (v1, g1) = run(lambda *a: _attend_cpu(*a, None, None, True, 0.3, "t"))
-        (v2, g2) = run(lambda *a: _attend_explicit(*a, None, None, True, 0.3, 0.0, None, "t"))
+        (v1, g1) = run(lambda *a: _attend_cpu(*a, None, None, True, 0.3))
+        (v2, g2) = run(lambda *a: _attend_explicit(*a, None, None, True, 0.3, 0.0, None))
         np.testing.assert_allclose(v1, v2, rtol=1e-12)
         for a, b in zip(g1, g2, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
@@ -240,6 +240,44 @@ def test_dropout_needs_key_and_is_reproducible():
     assert not np.allclose(a, sdpa(q, k, v))
     with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.0"):
         sdpa(q, k, v, dropout_p=1.0)
+
+
+def test_traced_scale_equals_static_scale():
+    """A ``scale`` that is a traced value (not a static of the jitted attention) runs the
+    same attention inline: equal outputs and gradients."""
+    rng = np.random.default_rng(6)
+    q, k, v = _rand(rng, 2, 2, 3, 4), _rand(rng, 2, 2, 5, 4), _rand(rng, 2, 2, 5, 4)
+
+    def loss(scale, q):
+        return jnp.sum(sdpa(q, k, v, is_causal=True, scale=scale) ** 2)
+
+    static = jax.value_and_grad(lambda q: loss(0.3, q))(q)
+    traced = jax.jit(jax.value_and_grad(loss, argnums=1))(jnp.float32(0.3), q)
+    for a, b in zip(static, traced, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_attention_layers_of_a_stack_share_one_trace():
+    """Three attention layers of the same shapes call one jitted attention with one traced
+    program (the same jaxpr object), so a stack traces, and differentiates, attention
+    once; a changed static (``causal``) gets its own."""
+
+    def attention_calls(layers, x):
+        params = [m.init(jax.random.key(i), x.shape) for i, m in enumerate(layers)]
+
+        def f(params, x):
+            for m, p in zip(layers, params, strict=True):
+                x = m.apply(p, x)
+            return x
+
+        jaxpr = jax.make_jaxpr(f)(params, x)
+        return [e.params["jaxpr"] for e in jaxpr.eqns if e.params.get("name") == "_attend_core"]
+
+    x = jnp.ones((2, 5, 8))
+    calls = attention_calls([MultiHeadAttention(2, causal=True) for _ in range(3)], x)
+    assert len(calls) == 3 and calls[0] is calls[1] is calls[2]
+    mixed = attention_calls([MultiHeadAttention(2, causal=c) for c in (True, False)], x)
+    assert len(mixed) == 2 and mixed[0] is not mixed[1]
 
 
 def test_sdpa_shape_errors():
