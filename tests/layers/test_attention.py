@@ -257,6 +257,22 @@ def test_traced_scale_equals_static_scale():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_causal_halves_are_the_cpu_choice_only():
+    """Long causal self-attention runs in two query halves where the program is lowered
+    for the CPU (four products and a concatenation), and as ``dot_product_attention``
+    where it is lowered for a GPU (two products; no device needed: ``jax.export``),
+    through the jitted attention core."""
+    q = jnp.ones((1, 2, 64, 8))
+    f = jax.jit(lambda q: sdpa(q, q, q, is_causal=True))
+
+    def lowered(platform):
+        return jax.export.export(f, platforms=(platform,))(q).mlir_module()
+
+    cpu, cuda = lowered("cpu"), lowered("cuda")
+    assert cpu.count("stablehlo.dot_general") == 4 and "stablehlo.concatenate" in cpu
+    assert cuda.count("stablehlo.dot_general") == 2 and "stablehlo.concatenate" not in cuda
+
+
 def test_attention_layers_of_a_stack_share_one_trace():
     """Three attention layers of the same shapes call one jitted attention with one traced
     program (the same jaxpr object), so a stack traces, and differentiates, attention
