@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -224,6 +225,83 @@ def test_one_channel_patches_are_the_cpu_choice_only():
     cpu, cuda = lowered("cpu"), lowered("cuda")
     assert "stablehlo.convolution" not in cpu and "stablehlo.dot_general" in cpu
     assert "stablehlo.convolution" in cuda and "stablehlo.dot_general" not in cuda
+
+
+@pytest.mark.parametrize(
+    "kernel, pads",
+    [((3, 3), ((1, 1), (1, 1))), ((2, 3), ((0, 1), (2, 0))), ((3, 1), ((-1, 3), (1, 1)))],
+)
+def test_3d_weight_gradient_equals_xla_convolution(kernel, pads):
+    """17 input channels and 32 images of 28 x 28 (25,088 output positions) take the
+    weight gradient as a 3-d convolution over a depth of one
+    (``_conv2d_3d_weight_gradient``): the same outputs, reverse-mode gradients (input,
+    weight, bias, together and one at a time) and forward-mode tangents as
+    ``lax.conv_general_dilated``. Stride 2, 16 input channels or fewer positions keep
+    XLA's convolution."""
+    from purelayers.layers import _convolution as conv
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 17, 28, 28))
+    w = rng.standard_normal((6, 17, *kernel))
+    b = rng.standard_normal(6)
+
+    def ours(x, w, b, stride=(1, 1)):
+        return conv.conv_nd(x, w, b, stride=stride, padding=pads, dilation=(1, 1), groups=1)
+
+    def xla(x, w, b):
+        y = jax.lax.conv_general_dilated(x, w, (1, 1), pads)
+        return y + b[None, :, None, None]
+
+    def check(a, c):
+        np.testing.assert_allclose(a, c, rtol=1e-11, atol=1e-11)
+
+    def chosen(*args, **kw):
+        return "platform_index" in str(jax.make_jaxpr(lambda *a: ours(*a, **kw))(*args))
+
+    with jax.enable_x64(True):
+        y = xla(x, w, b)
+        ct = np.cos(np.arange(y.size)).reshape(y.shape)
+        for argnums in ((0, 1, 2), (0,), (1,)):
+            g1 = jax.grad(lambda *a: jnp.sum(ours(*a) * ct), argnums)(x, w, b)
+            g2 = jax.grad(lambda *a: jnp.sum(xla(*a) * ct), argnums)(x, w, b)
+            for a, c in zip(g1, g2, strict=True):
+                check(a, c)
+        tangents = (np.sin(np.arange(x.size)).reshape(x.shape), np.cos(w), np.sin(b))
+        (y1, t1), (y2, t2) = jax.jvp(ours, (x, w, b), tangents), jax.jvp(xla, (x, w, b), tangents)
+        check(y1, y2)
+        check(t1, t2)
+        backward = str(jax.make_jaxpr(jax.grad(lambda w: jnp.sum(ours(x, w, b))))(w))
+        assert re.search(r"f64\[6,17,\d+,\d+,1\]", backward)  # the 3-d weight gradient
+        assert chosen(x, w, b)
+        assert not chosen(x, w, b, stride=(2, 2))
+        assert not chosen(x[:, :16], w[:, :16], b)
+        assert not chosen(x[:8], w, b)
+
+
+def test_3d_weight_gradient_is_the_cpu_choice_only():
+    """Lowered for the CPU, the training gradient of the CNN benchmark's second
+    convolution's shape holds a 3-d convolution (its weight gradient); lowered for a GPU
+    (``jax.export``, no device needed) every convolution is 2-d."""
+    from purelayers.layers import _convolution as conv
+
+    x, w = jnp.ones((128, 32, 14, 14)), jnp.ones((8, 32, 3, 3))
+
+    def loss(x, w):
+        y = conv.conv_nd(
+            x, w, None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1
+        )
+        return jnp.sum(y * y)
+
+    def lowered(platform):
+        f = jax.jit(jax.grad(loss, (0, 1)))
+        return jax.export.export(f, platforms=(platform,))(x, w).mlir_module()
+
+    def convolutions(text):
+        return [line for line in text.splitlines() if "stablehlo.convolution" in line]
+
+    cpu, cuda = convolutions(lowered("cpu")), convolutions(lowered("cuda"))
+    assert any("x1xf32>" in line for line in cpu), cpu  # a trailing depth of one
+    assert cuda and not any("x1xf32>" in line for line in cuda), cuda
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
