@@ -118,8 +118,8 @@ def _slow_weight_gradient(
 ) -> bool:
     """Whether this convolution is one whose weight gradient XLA:CPU's YNNPACK kernel
     runs slowly and a 3-d convolution faster (``_conv2d_3d_weight_gradient``): 2-d,
-    stride and dilation 1, more than 16 and at most 64 input channels, at least 25,088
-    output positions over the batch (128 images of 14 x 14), and more than 16 images or
+    stride and dilation 1, more than 16 and at most 128 input channels, at least 12,544
+    output positions over the batch (64 images of 14 x 14), and more than 16 images or
     output channels (fewer on both sides, XLA:CPU runs its own kernel already)."""
     if x.ndim != 4 or any(s != 1 for s in stride) or any(d != 1 for d in dilation):
         return False
@@ -136,8 +136,8 @@ def _slow_weight_gradient(
 
 
 _YNN_MIN_FEATURES = 16  # YNNPACK takes convolutions with more features than this
-_SLOW_MAX_CHANNELS = 64
-_SLOW_MIN_POSITIONS = 128 * 14 * 14
+_SLOW_MAX_CHANNELS = 128
+_SLOW_MIN_POSITIONS = 64 * 14 * 14
 
 
 def _conv2d_3d_weight_gradient(x, weight, stride, pads, dilation):
@@ -155,8 +155,11 @@ def _conv2d_3d_weight_gradient(x, weight, stride, pads, dilation):
     32 on 112 x 112 images (its first stage's convolutions qualify) 1064-1088 -> 986-992
     ms. Outside ``_slow_weight_gradient``'s
     rule YNNPACK's kernel wins: stride 2 3.6 against 17.2 ms, 3 input channels 11.8
-    against 19.3, 16 input channels 7.3 against 7.9, 6,272 positions 3.3 against 4.0,
-    batch 8 with 256 channels 9.8 against 12.7. The forward-mode tangent in the weight
+    against 19.3, 16 input channels 7.3 against 7.9, 6,272 positions 3.3 against 4.0
+    (32 channels), 15.4 against 19.7 (128 channels) and 11.9 against 19.3 (128 x 7 x 7,
+    128 channels), 3,136 positions with 256 channels 20.2 against 26.1; inside it, with
+    12,544 positions, ``[16, 64, 28, 28]`` 22.0 -> 15.4 ms, ``[64, 64, 14, 14]`` 24.3 ->
+    15.6, ``[64, 128, 14, 14]`` 48.3 -> 39.5, ``[16, 128, 28, 28]`` 44.1 -> 38.7. The forward-mode tangent in the weight
     is the 3-d convolution too (slower than the 2-d one, 14 against 8 ms)."""
 
     def conv2d(x, w):
