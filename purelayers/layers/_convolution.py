@@ -153,14 +153,14 @@ def _conv2d_3d_weight_gradient(x, weight, stride, pads, dilation):
     ms; ``[32, 64, 56, 56]``, 64 outputs 199 -> 131 ms; the CNN's training step 45.1 ->
     39.4 ms (in-process A/B, three alternations); ``resnet18``'s training step at batch
     32 on 112 x 112 images (its first stage's convolutions qualify) 1064-1088 -> 986-992
-    ms. Outside ``_slow_weight_gradient``'s
-    rule YNNPACK's kernel wins: stride 2 3.6 against 17.2 ms, 3 input channels 11.8
-    against 19.3, 16 input channels 7.3 against 7.9, 6,272 positions 3.3 against 4.0
-    (32 channels), 15.4 against 19.7 (128 channels) and 11.9 against 19.3 (128 x 7 x 7,
-    128 channels), 3,136 positions with 256 channels 20.2 against 26.1; inside it, with
-    12,544 positions, ``[16, 64, 28, 28]`` 22.0 -> 15.4 ms, ``[64, 64, 14, 14]`` 24.3 ->
-    15.6, ``[64, 128, 14, 14]`` 48.3 -> 39.5, ``[16, 128, 28, 28]`` 44.1 -> 38.7. The forward-mode tangent in the weight
-    is the 3-d convolution too (slower than the 2-d one, 14 against 8 ms)."""
+    ms. Outside ``_slow_weight_gradient``'s rule YNNPACK's kernel wins: stride 2 3.6
+    against 17.2 ms, 3 input channels 11.8 against 19.3, 16 input channels 7.3 against
+    7.9, 6,272 positions 3.3 against 4.0 (32 channels), 15.4 against 19.7 (128 channels)
+    and 11.9 against 19.3 (128 x 7 x 7, 128 channels), 3,136 positions with 256 channels
+    20.2 against 26.1; inside it, with 12,544 positions, ``[16, 64, 28, 28]`` 22.0 ->
+    15.4 ms, ``[64, 64, 14, 14]`` 24.3 -> 15.6, ``[64, 128, 14, 14]`` 48.3 -> 39.5,
+    ``[16, 128, 28, 28]`` 44.1 -> 38.7. The forward-mode tangent in the weight is the
+    3-d convolution too (slower than the 2-d one, 14 against 8 ms)."""
 
     def conv2d(x, w):
         return lax.conv_general_dilated(
