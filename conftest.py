@@ -4,6 +4,8 @@ promotion is an error, hypothesis is derandomized, and every example may use ``j
 ``jnp``, ``np``, ``pl`` and ``L`` without importing them."""
 
 import os
+import re
+from importlib.metadata import version
 
 # The suite's time is XLA compiling many small programs, not running them. Three
 # settings that change compile speed, not results: no LLVM optimization passes (they
@@ -12,11 +14,11 @@ import os
 # table), and one LLVM module per program rather than several compiled in parallel (the
 # suite's workers already use every core). Set before JAX creates its CPU backend;
 # subprocesses that tests start (examples, the 8-device sharding script) inherit them.
-_XLA_FLAGS = (
-    "--xla_backend_optimization_level=0",
-    "--xla_cpu_use_fusion_emitters=false",
-    "--xla_cpu_parallel_codegen_split_count=1",
-)
+_XLA_FLAGS = ["--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1"]
+# jaxlib 0.11 no longer knows the emitters' flag, and XLA aborts the process on a flag it
+# does not know: it is passed only to the releases that have it.
+if tuple(int(p) for p in re.findall(r"\d+", version("jaxlib"))[:2]) < (0, 11):
+    _XLA_FLAGS.append("--xla_cpu_use_fusion_emitters=false")
 os.environ["XLA_FLAGS"] = " ".join((os.environ.get("XLA_FLAGS", ""), *_XLA_FLAGS)).strip()
 
 import jax
