@@ -143,3 +143,16 @@ def test_first_call_figures_are_the_median_of_the_fresh_processes():
     got = run._median_first_call(runs)
     assert got == {"first_call_s": 2.0, "compile_s": 8.0, "peak_mb": 5.0, "processes": 3}
     assert run._median_first_call([*runs, {"error": "boom"}]) == {"error": "boom"}
+
+
+def test_ceiling_smoke(torch):
+    """One rate per library and size, positive; ``--repeats 0`` refused."""
+    from benchmarks import ceiling
+
+    out = ceiling.main(["--sizes", "64", "32", "--repeats", "1"])
+    assert set(out) == {64, 32}
+    for rates in out.values():
+        assert {"jax", "torch"} <= set(rates)
+        assert all(r > 0 for r in rates.values())
+    with pytest.raises(SystemExit):
+        ceiling.main(["--repeats", "0"])
