@@ -156,3 +156,15 @@ def test_ceiling_smoke(torch):
         assert all(r > 0 for r in rates.values())
     with pytest.raises(SystemExit):
         ceiling.main(["--repeats", "0"])
+
+
+def test_variants_smoke():
+    """Every variant builds and trains from the same weights (``main`` checks the first
+    losses agree); the all-raw-JAX variant is the ratios' base."""
+    from benchmarks import variants
+
+    out = variants.main(["--quick", "--parts", "norm"])
+    assert set(out["variants"]) == {"purelayers", "jax", "purelayers - norm", "jax + norm"}
+    assert out["variants"]["jax"]["vs_jax"] == 1.0
+    assert all(v["step_ms"] > 0 for v in out["variants"].values())
+    assert variants.variants(["gelu"])["jax + gelu"] == {"norm", "attention", "linear"}
