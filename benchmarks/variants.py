@@ -19,6 +19,7 @@ same weights (their first losses must agree), timed in rotating rounds as
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import json
 from collections.abc import Callable, Iterable
@@ -112,7 +113,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for k in range(repeats):
         for name in names[k % len(names) :] + names[: k % len(names)]:
             samples[name].append(runners[name].run(steps[name]))
-    results = {"devices": [str(d) for d in jax.devices()], "repeats": repeats, "variants": {}}
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "devices": [str(d) for d in jax.devices()],
+        "repeats": repeats,
+        "variants": {},
+    }
+    print(f"{results['date']}, {results['devices']}, {repeats} rounds", flush=True)
     base = median_spread(samples["jax"])["median"]
     for name in names:
         stats = median_spread(samples[name])
