@@ -9,6 +9,7 @@ LayerNorm, attention as einsum + masked softmax, and an LSTM whose step computes
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -76,16 +77,28 @@ def _cnn(p, x):
     return linear(p["9"], x)
 
 
-def _transformer(heads):
+def transformer_forward(norm, attention, linear, gelu):
+    """The workload's GPT over its PyTorch-named params tree, from its parts: ``norm``,
+    ``attention`` and ``linear`` of ``(params, x)``, ``gelu`` of ``x``."""
+
     def forward(p, x):
         for i in range(len(p["blocks"])):
             blk = p["blocks"][str(i)]
-            x = x + attention(blk["attn"], layer_norm(blk["ln1"], x), heads)
-            h = jax.nn.gelu(linear(blk["mlp"]["0"], layer_norm(blk["ln2"], x)), approximate=True)
+            x = x + attention(blk["attn"], norm(blk["ln1"], x))
+            h = gelu(linear(blk["mlp"]["0"], norm(blk["ln2"], x)))
             x = x + linear(blk["mlp"]["2"], h)
-        return linear(p["head"], layer_norm(p["ln_f"], x))
+        return linear(p["head"], norm(p["ln_f"], x))
 
     return forward
+
+
+def _transformer(heads):
+    return transformer_forward(
+        layer_norm,
+        functools.partial(attention, heads=heads),
+        linear,
+        functools.partial(jax.nn.gelu, approximate=True),
+    )
 
 
 def _lstm(p, x):

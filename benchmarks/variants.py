@@ -57,19 +57,9 @@ def _parts(heads: int, raw: Iterable[str]) -> dict[str, Callable[..., Any]]:
 
 
 def forward_fn(heads: int, raw: Iterable[str]) -> Callable[[Any, jax.Array], jax.Array]:
-    """The workload's GPT (``workloads._transformer``) over its PyTorch-named params tree,
-    with the parts in ``raw`` written as raw JAX writes them."""
-    f = _parts(heads, raw)
-
-    def forward(p, x):
-        for i in range(len(p["blocks"])):
-            blk = p["blocks"][str(i)]
-            x = x + f["attention"](blk["attn"], f["norm"](blk["ln1"], x))
-            h = f["gelu"](f["linear"](blk["mlp"]["0"], f["norm"](blk["ln2"], x)))
-            x = x + f["linear"](blk["mlp"]["2"], h)
-        return f["linear"](p["head"], f["norm"](p["ln_f"], x))
-
-    return forward
+    """The workload's GPT (``impl_jax.transformer_forward``) with the parts in ``raw``
+    written as raw JAX writes them."""
+    return impl_jax.transformer_forward(**_parts(heads, raw))
 
 
 def variants(parts: Iterable[str]) -> dict[str, frozenset[str]]:
