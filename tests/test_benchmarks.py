@@ -160,11 +160,17 @@ def test_ceiling_smoke(torch):
 
 def test_variants_smoke():
     """Every variant builds and trains from the same weights (``main`` checks the first
-    losses agree); the all-raw-JAX variant is the ratios' base."""
-    from benchmarks import variants
+    losses agree), and its two ends are the benchmark's own models: the all-purelayers
+    and all-raw-JAX variants start from the loss of ``benchmarks.run``'s purelayers and
+    raw JAX implementations."""
+    from benchmarks import variants, workloads
 
     out = variants.main(["--quick", "--parts", "norm"])
     assert set(out["variants"]) == {"purelayers", "jax", "purelayers - norm", "jax + norm"}
-    assert out["variants"]["jax"]["vs_jax"] == 1.0
     assert all(v["step_ms"] > 0 for v in out["variants"].values())
+    w = workloads.get("transformer", quick=True)
+    x, y = w.data()
+    for impl in ("purelayers", "jax"):
+        reference = run.make_runner(impl, w, w.flat_params(), x, y).initial_loss()
+        assert out["variants"][impl]["loss"] == pytest.approx(reference, rel=1e-6)
     assert variants.variants(["gelu"])["jax + gelu"] == {"norm", "attention", "linear"}
