@@ -28,7 +28,6 @@ counted per function, so one trigger cannot stand in for two sites.
 from __future__ import annotations
 
 import ast
-import os
 import pathlib
 import tempfile
 import traceback
@@ -198,18 +197,8 @@ def _repeat_in_sequential():
     return model.apply(params, jnp.zeros((1, 3, 4)))
 
 
-def _torch_or_skip():
-    """torch, for the entries of ``pl.testing``'s parity checks: skipped where it is
-    missing, unless PURELAYERS_REQUIRE_TORCH is set (as in CI)."""
-    if os.environ.get("PURELAYERS_REQUIRE_TORCH"):
-        import torch
-
-        return torch
-    return pytest.importorskip("torch", reason="torch is not installed")
-
-
 def _torch_parity(case):
-    torch = _torch_or_skip()
+    import torch  # present: test_error asks for the torch fixture for these entries
 
     x = np.ones((2, 4), np.float32)
     if case == "module":
@@ -1052,7 +1041,9 @@ def _trigger(entry) -> tuple[str, int] | None:
 
 
 @pytest.mark.parametrize("entry", CATALOG, ids=[e[0] for e in CATALOG])
-def test_error(entry):
+def test_error(entry, request):
+    if entry[0].startswith("torch-parity"):
+        request.getfixturevalue("torch")  # skipped, or failing in CI, without torch
     _OBSERVED[entry[0]] = _trigger(entry)
 
 
@@ -1092,8 +1083,8 @@ def all_sites() -> dict[str, dict[int, str]]:
     }
 
 
-def test_every_raise_site_is_in_the_catalog():
-    _torch_or_skip()  # the parity checks' raise sites are reached only with torch
+def test_every_raise_site_is_in_the_catalog(torch):
+    # the torch fixture: the parity checks' raise sites are reached only with torch
     for entry in CATALOG:
         if entry[0] not in _OBSERVED:
             _OBSERVED[entry[0]] = _trigger(entry)

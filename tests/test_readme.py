@@ -1,7 +1,5 @@
 """The README's code runs, and CI runs exactly the README's test command."""
 
-import importlib.util
-import os
 import re
 from pathlib import Path
 
@@ -18,13 +16,12 @@ BLOCKS = [
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_python_blocks_run(index):
-    # blocks that show the torch side skip where it is missing, as the parity tests do
+def test_python_blocks_run(index, request):
+    # blocks that show the torch side take the reference fixtures: skipped where the
+    # reference is missing, failing in CI (PURELAYERS_REQUIRE_TORCH), as parity tests
     imports = re.findall(r"^(?:import|from) .*$", BLOCKS[index], re.M)
-    references = re.findall(r"\b(torch|transformers|peft)\b", "\n".join(imports))
-    missing = [r for r in references if importlib.util.find_spec(r) is None]
-    if missing and not os.environ.get("PURELAYERS_REQUIRE_TORCH"):
-        pytest.skip(f"{missing[0]} is not installed (set PURELAYERS_REQUIRE_TORCH=1 to fail)")
+    for reference in sorted(set(re.findall(r"\b(torch|transformers|peft)\b", "\n".join(imports)))):
+        request.getfixturevalue(reference)
     exec(compile(BLOCKS[index], f"README.md block {index}", "exec"), {"__name__": "readme"})
 
 
