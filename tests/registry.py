@@ -42,6 +42,8 @@ CASES = [
          gradcheck=(2, 5)),
     Case("Linear-nobias", lambda: L.Linear(6, bias=False), (2, 3, 5), (2, 3, 6),
          lambda t: t.nn.Linear(5, 6, bias=False), gradcheck=(2, 2, 5)),
+    Case("Linear-4d", lambda: L.Linear(6), (2, 3, 4, 5), (2, 3, 4, 6),
+         lambda t: t.nn.Linear(5, 6), gradcheck=(2, 1, 2, 5)),
     Case("Dropout", lambda: L.Dropout(0.2), (4, 5), (4, 5), lambda t: t.nn.Dropout(0.2)),
     # activations
     act("ReLU", L.ReLU, "ReLU"),

@@ -102,7 +102,20 @@ def linear(
     params: Params, x: jax.Array, *, layer: str = "Linear", transposed: bool = False
 ) -> jax.Array:
     """``x @ weight.T + bias`` (``x @ weight + bias`` if ``transposed``) with the shape
-    check every Linear-like layer shares."""
+    check every Linear-like layer shares.
+
+    An input of more than two axes is multiplied as the ``[rows, in_features]`` matrix of
+    its leading axes (a free reshape), as ``torch.nn.functional.linear`` does, so that the
+    weight gradient is a product over one contracted axis. Over several (``[B, T, out]``
+    with ``[B, T, in]``), XLA:CPU first copies the output gradient into a transposed
+    ``[out, B * T]`` array for its product kernel; over one, it multiplies the transposed
+    operand in place. On a 2-core AVX-512 CPU (Intel Xeon), jitted, ``[16, 128, 256]``
+    inputs: the weight gradient of a 256 -> 1024 layer 14.0 -> 7.8 ms, 256 -> 768 7.4 ->
+    7.1 ms, 256 -> 256 4.7 -> 3.9 ms, 1024 -> 256 a tie (12.9 ms); the benchmark
+    transformer's training step (``python -m benchmarks.run``'s, in-process, 15
+    alternating rounds) 298.7 -> 288.4 ms, its four ``[1024, 2048]`` transposed copies
+    of 2.4-4.6 ms each gone. The batch axis leads the merged one, so a batch-sharded
+    input stays sharded by rows."""
     w = params["weight"]
     fan_in = w.shape[0] if transposed else w.shape[1]
     if jnp.ndim(x) == 0 or jnp.shape(x)[-1] != fan_in:
@@ -116,11 +129,13 @@ def linear(
             f"features (weight {tuple(w.shape)})",
         )
     dtype = jnp.result_type(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else w.dtype
+    x = jnp.asarray(x, dtype)
+    lead = x.shape[:-1]
+    if x.ndim > 2:
+        x = x.reshape(math.prod(lead), fan_in)
     y = jax.lax.dot_general(
-        jnp.asarray(x, dtype),
-        w.astype(dtype),
-        (((jnp.ndim(x) - 1,), (0 if transposed else 1,)), ((), ())),
+        x, w.astype(dtype), (((x.ndim - 1,), (0 if transposed else 1,)), ((), ()))
     )
     if "bias" in params:
         y = add_bias(y, params["bias"], -1)
-    return y
+    return y.reshape(*lead, y.shape[-1]) if len(lead) > 1 else y

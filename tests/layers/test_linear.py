@@ -38,6 +38,33 @@ def test_shapes_and_leading_axes():
     assert list(no_bias) == ["weight"]
 
 
+@pytest.mark.parametrize("lead", [(0,), (0, 3), (2, 0), (2, 0, 3)])
+def test_empty_leading_axes(lead):
+    """An empty batch gives an empty output of the right shape, and zero gradients."""
+    lin = L.Linear(5)
+    params = lin.init(jax.random.key(0), (4,))
+    x = jnp.ones((*lead, 4))
+    assert lin.apply(params, x).shape == (*lead, 5)
+    grads = jax.grad(lambda p: lin.apply(p, x).sum())(params)
+    assert not grads["weight"].any() and not grads["bias"].any()
+
+
+def test_leading_axes_are_rows():
+    """Every leading axis is a batch axis: a [2, 3, 4, 5] input gives, row for row, what
+    its 24 rows give as one [24, 5] batch, and the same weight gradient."""
+    lin = L.Linear(6)
+    params = lin.init(jax.random.key(0), (5,))
+    x = jax.random.normal(jax.random.key(1), (2, 3, 4, 5))
+    ct = jax.random.normal(jax.random.key(2), (2, 3, 4, 6))
+    np.testing.assert_allclose(
+        lin.apply(params, x).reshape(24, 6), lin.apply(params, x.reshape(24, 5)), rtol=1e-6
+    )
+    g4 = jax.grad(lambda p: (lin.apply(p, x) * ct).sum())(params)
+    g2 = jax.grad(lambda p: (lin.apply(p, x.reshape(24, 5)) * ct.reshape(24, 6)).sum())(params)
+    for name in ("weight", "bias"):
+        np.testing.assert_allclose(g4[name], g2[name], rtol=1e-5, atol=1e-6)
+
+
 def test_default_init_statistics():
     """torch's default: U(-1/sqrt(256), 1/sqrt(256)); std = (1/16) / sqrt(3) = 0.0361."""
     params = L.Linear(128).init(jax.random.key(1), (1, 256))
