@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
 from purelayers.layers._checks import as_shape, check_int, need_key
+from purelayers.layers.linear import linear
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 
@@ -196,7 +197,11 @@ class CausalLM(Layer):
             weight = params[self.base_model_prefix]
             for part in self.embedding_name.split("."):
                 weight = weight[part]
-            logits = jnp.einsum("bte,ve->btv", h, weight.astype(h.dtype))
+            # h @ weight.T as one [B * T, E] matrix (see ``linear``): with the leading
+            # axes contracted apart, XLA:CPU copies the [B, T, V] logits' gradient
+            # transposed for the weight's; [4, 128, 768] against 16384 rows, log-softmax
+            # loss, forward and backward 282 -> 212 ms (2-core AVX-512 CPU)
+            logits = linear({"weight": weight}, h, layer="lm_head")
         else:
             logits = self.call("lm_head", params, h)
         return logits if cache is None else (logits, new_cache)
