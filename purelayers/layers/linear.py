@@ -102,20 +102,7 @@ def linear(
     params: Params, x: jax.Array, *, layer: str = "Linear", transposed: bool = False
 ) -> jax.Array:
     """``x @ weight.T + bias`` (``x @ weight + bias`` if ``transposed``) with the shape
-    check every Linear-like layer shares.
-
-    An input of more than two axes is multiplied as the ``[rows, in_features]`` matrix of
-    its leading axes (a free reshape), as ``torch.nn.functional.linear`` does, so that the
-    weight gradient is a product over one contracted axis. Over several (``[B, T, out]``
-    with ``[B, T, in]``), XLA:CPU first copies the output gradient into a transposed
-    ``[out, B * T]`` array for its product kernel; over one, it multiplies the transposed
-    operand in place. On a 2-core AVX-512 CPU (Intel Xeon), jitted, ``[16, 128, 256]``
-    inputs: the weight gradient of a 256 -> 1024 layer 14.0 -> 7.8 ms, 256 -> 768 7.4 ->
-    7.1 ms, 256 -> 256 4.7 -> 3.9 ms, 1024 -> 256 a tie (12.9 ms); the benchmark
-    transformer's training step (``python -m benchmarks.run``'s, in-process, 15
-    alternating rounds) 298.7 -> 288.4 ms, its four ``[1024, 2048]`` transposed copies
-    of 2.4-4.6 ms each gone. The batch axis leads the merged one, so a batch-sharded
-    input stays sharded by rows."""
+    check every Linear-like layer shares. The product is ``_product``'s."""
     w = params["weight"]
     fan_in = w.shape[0] if transposed else w.shape[1]
     if jnp.ndim(x) == 0 or jnp.shape(x)[-1] != fan_in:
@@ -129,13 +116,49 @@ def linear(
             f"features (weight {tuple(w.shape)})",
         )
     dtype = jnp.result_type(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else w.dtype
-    x = jnp.asarray(x, dtype)
-    lead = x.shape[:-1]
-    if x.ndim > 2:
-        x = x.reshape(math.prod(lead), fan_in)
-    y = jax.lax.dot_general(
-        x, w.astype(dtype), (((x.ndim - 1,), (0 if transposed else 1,)), ((), ()))
-    )
+    y = _product(jnp.asarray(x, dtype), w.astype(dtype), transposed)
     if "bias" in params:
         y = add_bias(y, params["bias"], -1)
-    return y.reshape(*lead, y.shape[-1]) if len(lead) > 1 else y
+    return y
+
+
+def _product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+    """``x @ w.T`` (``x @ w`` if ``transposed``) over ``x``'s last axis.
+
+    On the CPU an ``x`` of more than two axes is multiplied as the ``[rows, in]`` matrix
+    of its leading axes (a free reshape, as ``torch.nn.functional.linear`` does), so the
+    weight gradient is a product over one contracted axis. Over several (``[B, T, out]``
+    with ``[B, T, in]``), XLA:CPU first copies the output gradient into a transposed
+    ``[out, B * T]`` array for its product kernel; over one, it multiplies the transposed
+    operand in place. On a 2-core AVX-512 CPU (Intel Xeon), jitted, ``[16, 128, 256]``
+    inputs: the weight gradient of a 256 -> 1024 layer 14.0 -> 7.8 ms, 256 -> 768 7.4 ->
+    7.1 ms, 256 -> 256 4.7 -> 3.9 ms, 1024 -> 256 a tie (12.9 ms); the benchmark
+    transformer's training step (``python -m benchmarks.run``'s, in-process, 15
+    alternating rounds) 298.7 -> 288.4 ms, its four ``[1024, 2048]`` transposed copies
+    of 2.4-4.6 ms each gone. Elsewhere the leading axes stay apart, so that an input
+    sharded along a later axis (the sequence) is not gathered: merged rows can keep only
+    a sharding of the first axis, and XLA's partitioner gathers the rest (a weight
+    gradient over ``[4, 16, 32]`` split by sequence on two devices: one all-reduce of the
+    ``[64, 32]`` gradient kept apart, one all-gather of the input merged). The platform
+    is chosen when the program is lowered (``jax.lax.platform_dependent``), as
+    attention's form is."""
+    if x.ndim <= 2:
+        return _axes(x, w, transposed)
+    return jax.lax.platform_dependent(
+        x,
+        w,
+        cpu=lambda x, w: _rows(x, w, transposed),
+        default=lambda x, w: _axes(x, w, transposed),
+    )
+
+
+def _axes(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+    """``_product`` over ``x``'s last axis, its leading axes kept apart."""
+    return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0 if transposed else 1,)), ((), ())))
+
+
+def _rows(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+    """``_product`` of ``x``'s leading axes merged into rows."""
+    lead = x.shape[:-1]
+    y = _axes(x.reshape(math.prod(lead), x.shape[-1]), w, transposed)
+    return y.reshape(*lead, y.shape[-1])

@@ -197,10 +197,10 @@ class CausalLM(Layer):
             weight = params[self.base_model_prefix]
             for part in self.embedding_name.split("."):
                 weight = weight[part]
-            # h @ weight.T as one [B * T, E] matrix (see ``linear``): with the leading
-            # axes contracted apart, XLA:CPU copies the [B, T, V] logits' gradient
-            # transposed for the weight's; [4, 128, 768] against 16384 rows, log-softmax
-            # loss, forward and backward 282 -> 212 ms (2-core AVX-512 CPU)
+            # h @ weight.T through ``linear``, on the CPU as one [B * T, E] matrix: with
+            # the leading axes contracted apart, XLA:CPU copies the [B, T, V] logits'
+            # gradient transposed for the weight's; [4, 128, 768] against 16384 rows,
+            # log-softmax loss, forward and backward 282 -> 212 ms (2-core AVX-512 CPU)
             logits = linear({"weight": weight}, h, layer="lm_head")
         else:
             logits = self.call("lm_head", params, h)

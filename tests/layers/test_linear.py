@@ -65,6 +65,44 @@ def test_leading_axes_are_rows():
         np.testing.assert_allclose(g4[name], g2[name], rtol=1e-5, atol=1e-6)
 
 
+def test_rows_are_the_cpu_choice_only():
+    """Lowered for the CPU, the weight gradient of a [2, 3, 5] input is one product over
+    its 6 rows; lowered for a GPU (no device needed: ``jax.export``) it contracts the two
+    leading axes apart, so a sequence-sharded input is not gathered there."""
+    lin = L.Linear(7)
+    params = lin.init(jax.random.key(0), (5,))
+    x = jnp.ones((2, 3, 5))
+
+    def weight_gradient_products(platform):
+        f = jax.jit(jax.grad(lambda p, x: lin.apply(p, x).sum()))
+        module = jax.export.export(f, platforms=(platform,))(params, x).mlir_module()
+        return [line for line in module.splitlines() if "stablehlo.dot_general" in line]
+
+    (cpu,), (cuda,) = weight_gradient_products("cpu"), weight_gradient_products("cuda")
+    assert "contracting_dims = [0] x [0] : (tensor<6x7xf32>, tensor<6x5xf32>)" in cpu
+    assert "contracting_dims = [0, 1] x [0, 1] : (tensor<2x3x7xf32>, tensor<2x3x5xf32>)" in cuda
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_rows_and_axes_forms_agree(transposed):
+    """The CPU's rows form and the other platforms' form give the same values, input and
+    weight gradients, and forward-mode tangents (both evaluated here on the CPU)."""
+    from purelayers.layers.linear import _axes, _rows
+
+    k = jax.random.split(jax.random.key(3), 4)
+    x = jax.random.normal(k[0], (2, 3, 4, 5))
+    w = jax.random.normal(k[1], (5, 6) if transposed else (6, 5))
+    ct = jax.random.normal(k[2], (2, 3, 4, 6))
+    dx = jax.random.normal(k[3], x.shape)
+    outs = {}
+    for name, form in (("rows", _rows), ("axes", _axes)):
+        y, vjp = jax.vjp(lambda x, w, f=form: f(x, w, transposed), x, w)
+        _, tangent = jax.jvp(lambda x, f=form: f(x, w, transposed), (x,), (dx,))
+        outs[name] = (y, *vjp(ct), tangent)
+    for a, b in zip(outs["rows"], outs["axes"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_default_init_statistics():
     """torch's default: U(-1/sqrt(256), 1/sqrt(256)); std = (1/16) / sqrt(3) = 0.0361."""
     params = L.Linear(128).init(jax.random.key(1), (1, 256))
