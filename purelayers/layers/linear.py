@@ -143,22 +143,22 @@ def _product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     is chosen when the program is lowered (``jax.lax.platform_dependent``), as
     attention's form is."""
     if x.ndim <= 2:
-        return _axes(x, w, transposed)
+        return axes_product(x, w, transposed)
     return jax.lax.platform_dependent(
         x,
         w,
-        cpu=lambda x, w: _rows(x, w, transposed),
-        default=lambda x, w: _axes(x, w, transposed),
+        cpu=lambda x, w: rows_product(x, w, transposed),
+        default=lambda x, w: axes_product(x, w, transposed),
     )
 
 
-def _axes(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+def axes_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     """``_product`` over ``x``'s last axis, its leading axes kept apart."""
     return jax.lax.dot_general(x, w, (((x.ndim - 1,), (0 if transposed else 1,)), ((), ())))
 
 
-def _rows(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+def rows_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     """``_product`` of ``x``'s leading axes merged into rows."""
     lead = x.shape[:-1]
-    y = _axes(x.reshape(math.prod(lead), x.shape[-1]), w, transposed)
+    y = axes_product(x.reshape(math.prod(lead), x.shape[-1]), w, transposed)
     return y.reshape(*lead, y.shape[-1])

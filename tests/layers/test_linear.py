@@ -87,7 +87,7 @@ def test_rows_are_the_cpu_choice_only():
 def test_rows_and_axes_forms_agree(transposed):
     """The CPU's rows form and the other platforms' form give the same values, input and
     weight gradients, and forward-mode tangents (both evaluated here on the CPU)."""
-    from purelayers.layers.linear import _axes, _rows
+    from purelayers.layers.linear import axes_product, rows_product
 
     k = jax.random.split(jax.random.key(3), 4)
     x = jax.random.normal(k[0], (2, 3, 4, 5))
@@ -95,7 +95,7 @@ def test_rows_and_axes_forms_agree(transposed):
     ct = jax.random.normal(k[2], (2, 3, 4, 6))
     dx = jax.random.normal(k[3], x.shape)
     outs = {}
-    for name, form in (("rows", _rows), ("axes", _axes)):
+    for name, form in (("rows", rows_product), ("axes", axes_product)):
         y, vjp = jax.vjp(lambda x, w, f=form: f(x, w, transposed), x, w)
         _, tangent = jax.jvp(lambda x, f=form: f(x, w, transposed), (x,), (dx,))
         outs[name] = (y, *vjp(ct), tangent)
