@@ -49,22 +49,6 @@ def test_empty_leading_axes(lead):
     assert not grads["weight"].any() and not grads["bias"].any()
 
 
-def test_leading_axes_are_rows():
-    """Every leading axis is a batch axis: a [2, 3, 4, 5] input gives, row for row, what
-    its 24 rows give as one [24, 5] batch, and the same weight gradient."""
-    lin = L.Linear(6)
-    params = lin.init(jax.random.key(0), (5,))
-    x = jax.random.normal(jax.random.key(1), (2, 3, 4, 5))
-    ct = jax.random.normal(jax.random.key(2), (2, 3, 4, 6))
-    np.testing.assert_allclose(
-        lin.apply(params, x).reshape(24, 6), lin.apply(params, x.reshape(24, 5)), rtol=1e-6
-    )
-    g4 = jax.grad(lambda p: (lin.apply(p, x) * ct).sum())(params)
-    g2 = jax.grad(lambda p: (lin.apply(p, x.reshape(24, 5)) * ct.reshape(24, 6)).sum())(params)
-    for name in ("weight", "bias"):
-        np.testing.assert_allclose(g4[name], g2[name], rtol=1e-5, atol=1e-6)
-
-
 def test_rows_are_the_cpu_choice_only():
     """Lowered for the CPU, the weight gradient of a [2, 3, 5] input is one product over
     its 6 rows; lowered for a GPU (no device needed: ``jax.export``) it contracts the two
@@ -84,23 +68,34 @@ def test_rows_are_the_cpu_choice_only():
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-def test_rows_and_axes_forms_agree(transposed):
-    """The CPU's rows form and the other platforms' form give the same values, input and
-    weight gradients, and forward-mode tangents (both evaluated here on the CPU)."""
+def test_rows_and_axes_forms_match_torch(torch, transposed):
+    """Both product forms (the CPU's rows, the other platforms' axes kept apart; both
+    evaluated here on the CPU) give torch's ``F.linear`` on a 4-d input: values, input
+    and weight gradients, and the forward-mode tangent in the input."""
     from purelayers.layers.linear import axes_product, rows_product
 
-    k = jax.random.split(jax.random.key(3), 4)
-    x = jax.random.normal(k[0], (2, 3, 4, 5))
-    w = jax.random.normal(k[1], (5, 6) if transposed else (6, 5))
-    ct = jax.random.normal(k[2], (2, 3, 4, 6))
-    dx = jax.random.normal(k[3], x.shape)
-    outs = {}
-    for name, form in (("rows", rows_product), ("axes", axes_product)):
+    rng = np.random.default_rng(3)
+    x, ct, dx = (
+        rng.standard_normal(s, dtype=np.float32) for s in [(2, 3, 4, 5), (2, 3, 4, 6), (2, 3, 4, 5)]
+    )
+    w_torch = rng.standard_normal((6, 5), dtype=np.float32)  # torch's [out, in]
+    w = w_torch.T.copy() if transposed else w_torch
+
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w_torch))
+    ty = torch.nn.functional.linear(tx, tw)
+    ty.backward(torch.tensor(ct))
+    _, t_tangent = torch.func.jvp(
+        lambda x: torch.nn.functional.linear(x, torch.tensor(w_torch)),
+        (torch.tensor(x),),
+        (torch.tensor(dx),),
+    )
+    tgw = tw.grad.numpy().T if transposed else tw.grad.numpy()
+    expected = (ty.detach().numpy(), tx.grad.numpy(), tgw, t_tangent.numpy())
+    for form in (rows_product, axes_product):
         y, vjp = jax.vjp(lambda x, w, f=form: f(x, w, transposed), x, w)
         _, tangent = jax.jvp(lambda x, f=form: f(x, w, transposed), (x,), (dx,))
-        outs[name] = (y, *vjp(ct), tangent)
-    for a, b in zip(outs["rows"], outs["axes"], strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        for got, want in zip((y, *vjp(ct), tangent), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_default_init_statistics():
