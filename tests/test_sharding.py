@@ -290,8 +290,8 @@ def test_rule_sets_split_what_they_should(scenarios):
 def test_tensor_parallel_step_all_reduces_row_parallel_outputs_and_gathers_no_weight(scenarios):
     tp = scenarios["tensor_parallel"]
     ops = [tuple(c) for c in tp["collectives"]]
-    # [local batch 8/2 x seq 8 rows, embed 32] (Linear multiplies the rows of its leading
-    # axes as one matrix): the partial sums of attn.out and proj.
+    # [local batch 8/2 x seq 8 rows, embed 32] (on the CPU Linear multiplies the rows of
+    # its leading axes as one matrix): the partial sums of attn.out and proj.
     assert ops.count(("all-reduce", "f32[32,32]")) >= 2, ops
     split = [
         tp["weight_shapes"][k]
