@@ -36,6 +36,13 @@ def _need_float(layer: str, x: Any) -> None:
 
 
 def _moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(mean, x - mean, var)`` over ``axes`` (kept), ``var`` the population variance:
+    ``shifted_moments``, the statistics of ``BatchNorm``, ``GroupNorm`` and
+    ``InstanceNorm`` on every platform and of ``LayerNorm`` on the CPU."""
+    return shifted_moments(xf, axes)
+
+
+def shifted_moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(mean, x - mean, var)`` over ``axes`` (kept), ``var`` the population variance.
 
     One pass over shifted data: with ``k`` the first element of each reduced slice
@@ -57,6 +64,17 @@ def _moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array
     mean_d = jnp.mean(d, axis=axes, keepdims=True)
     var = jnp.maximum(mean_sq - mean_d * mean_d, 0)
     return mean_d + k, d - mean_d, var
+
+
+def two_pass_moments(
+    xf: jax.Array, axes: tuple[int, ...]
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(mean, x - mean, var)`` over ``axes`` (kept) in two passes: the mean, then the
+    mean squared deviation from it. ``LayerNorm``'s statistics off the CPU (see
+    ``norm._layer_moments``)."""
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    centered = xf - mean
+    return mean, centered, jnp.mean(centered * centered, axis=axes, keepdims=True)
 
 
 def _affine_params(

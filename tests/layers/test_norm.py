@@ -165,6 +165,54 @@ def test_layer_norm_stays_accurate_where_one_pass_variance_fails(case):
     np.testing.assert_allclose(y, ref, atol=2e-4)
 
 
+def test_layer_norm_moments_are_shifted_on_the_cpu_two_pass_elsewhere():
+    """Lowered for the CPU (``jax.export``, no device needed), LayerNorm's statistics are
+    the shifted one pass: each row's first element is sliced off as the shift. Lowered
+    for a GPU they are the two-pass form (mean, then mean squared deviation): no slice."""
+    ln = L.LayerNorm()
+    params = ln.init(jax.random.key(0), (5,))
+    x = jnp.ones((2, 3, 5))
+    f = jax.jit(jax.grad(lambda p, x: ln.apply(p, x).sum(), argnums=(0, 1)))
+
+    def slices(platform):
+        module = jax.export.export(f, platforms=(platform,))(params, x).mlir_module()
+        return [line for line in module.splitlines() if "stablehlo.slice" in line]
+
+    assert any("[0:2, 0:3, 0:1]" in line for line in slices("cpu"))
+    assert slices("cuda") == []
+
+
+@pytest.mark.parametrize("form", ["shifted_moments", "two_pass_moments"])
+@pytest.mark.parametrize("shift", [0.0, 1000.0])
+def test_layer_norm_moment_forms_match_torch(torch, form, shift):
+    """Both forms of LayerNorm's statistics (the CPU's shifted one pass, the other
+    platforms' two passes; both evaluated here on the CPU) normalize as torch's
+    ``F.layer_norm`` does over the last two axes of a [3, 4, 5, 6] input, rows at a
+    mean of 0 and of 1000 std: values, and the input gradient for a random cotangent.
+    At a mean of 1000 the two-pass mean carries the rounding of a float32 sum of values
+    whose spacing is 6e-5, so its rows are within 5e-4 of the float64 result (torch's
+    own float32 ``layer_norm`` is 6e-5 off here, and 9e-5 on 768-wide rows, where the
+    two passes are 1e-4 off); the shifted pass subtracts each row's first element
+    exactly and stays within 2e-4."""
+    from purelayers.layers import _norm_base
+
+    moments = getattr(_norm_base, form)
+    x, ct = _x(3, 4, 5, 6, shift=shift), _x(3, 4, 5, 6, seed=1)
+
+    def normalize(x):
+        _, centered, var = moments(x, (2, 3))
+        return centered * jax.lax.rsqrt(var + 1e-5)
+
+    y, vjp = jax.vjp(normalize, jnp.asarray(x))
+    (gx,) = vjp(jnp.asarray(ct))
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    ty = torch.nn.functional.layer_norm(tx, (5, 6), eps=1e-5)
+    ty.backward(torch.tensor(ct, dtype=torch.float64))
+    atol = 5e-4 if form == "two_pass_moments" and shift else 2e-4
+    np.testing.assert_allclose(y, ty.detach().numpy(), atol=atol)
+    np.testing.assert_allclose(gx, tx.grad.numpy(), atol=10 * atol)
+
+
 def test_batch_and_group_norm_stay_accurate_at_large_mean():
     """The same shifted statistics in BatchNorm2d (per channel over batch and space,
     also the running mean and variance) and GroupNorm, at a mean of 1000 std."""
