@@ -56,12 +56,17 @@ def attention(p: dict, x: jax.Array, heads: int) -> jax.Array:
     b, t, e = x.shape
     hd = e // heads
     q, k, v = jnp.split(linear(p["qkv"], x).reshape(b, t, 3, heads, hd), 3, axis=2)
-    q, k, v = q[:, :, 0], k[:, :, 0], v[:, :, 0]
+    out = causal_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0])
+    return linear(p["out"], out.reshape(b, t, e))
+
+
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Causal self-attention of ``[B, T, N, H]`` heads: einsums and a masked softmax."""
+    t, hd = q.shape[1], q.shape[-1]
     logits = jnp.einsum("bthd,bshd->bhts", q, k) / math.sqrt(hd)
     causal = jnp.tril(jnp.ones((t, t), bool))[None, None]
     logits = jnp.where(causal, logits, jnp.finfo(logits.dtype).min)
-    out = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(logits, axis=-1), v)
-    return linear(p["out"], out.reshape(b, t, e))
+    return jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(logits, axis=-1), v)
 
 
 def _mlp(p, x):

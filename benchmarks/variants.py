@@ -4,6 +4,7 @@ for raw JAX's: which part makes a gap between the two.
     python -m benchmarks.variants                    # the full workload, 7 rounds
     python -m benchmarks.variants --quick            # tiny shapes, one round (smoke test)
     python -m benchmarks.variants --parts attention norm --repeats 15
+    python -m benchmarks.variants --parts norm --cores   # and the attention's core alone
 
 The parts are the layers the workload's block is made of, each with the same params
 subtree in both forms: ``norm`` (``LayerNorm`` against ``impl_jax.layer_norm``'s two
@@ -14,6 +15,12 @@ is purelayers with raw JAX's norms; ``jax + norm`` is raw JAX with purelayers').
 runs through the benchmark's own jitted Adam step (``harness.JaxRunner``), all from the
 same weights (their first losses must agree), timed in rotating rounds as
 ``benchmarks.run`` does; reported: the median step and its ratio to all-raw-JAX.
+
+``--cores`` adds purelayers with only the attention's core replaced (``MultiHeadAttention``'s
+projections and split kept): ``jax.nn.dot_product_attention`` (the form off the CPU), the
+CPU's explicit form (``attention._attend_explicit``), the same in two query halves, and
+raw JAX's einsums and masked softmax. Each core is used on every platform, so on a GPU
+this shows what the CPU's forms would cost there, and on the CPU what the GPU's would.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import argparse
 import datetime
 import functools
 import json
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,7 @@ from benchmarks import impl_jax, workloads
 from benchmarks.harness import JaxModel, JaxRunner, median_spread
 from purelayers import layers as L
 from purelayers import params as P
+from purelayers.layers.attention import _attend_explicit
 
 PARTS = ("norm", "attention", "linear", "gelu")
 
@@ -54,6 +63,37 @@ def _parts(heads: int, raw: Iterable[str]) -> dict[str, Callable[..., Any]]:
         if "gelu" in raw
         else functools.partial(L.GELU(approximate="tanh").apply, {}),
     }
+
+
+def _cores() -> dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]]:
+    """Causal attention cores of ``[B, T, N, H]`` heads, by name."""
+
+    def explicit(halves):
+        return lambda q, k, v: _attend_explicit(
+            q, k, v, None, None, True, 1 / math.sqrt(q.shape[-1]), 0.0, None, halves
+        )
+
+    return {
+        "dot_product_attention": lambda q, k, v: jax.nn.dot_product_attention(
+            q, k, v, is_causal=True
+        ),
+        "explicit": explicit(False),
+        "explicit halves": explicit(True),
+        "raw jax": impl_jax.causal_attention,
+    }
+
+
+def core_forward_fn(heads: int, core: str) -> Callable[[Any, jax.Array], jax.Array]:
+    """The workload's GPT, all purelayers' but the attention's core (one of ``_cores``)."""
+    mha = L.MultiHeadAttention(heads, causal=True)
+    attend = _cores()[core]
+
+    def attention(p, x):
+        b, t, e = x.shape
+        q, k, v = (a.reshape(b, t, heads, e // heads) for a in mha._qkv(p, x, None, None))
+        return mha._project_out(p, attend(q, k, v).reshape(b, t, e))
+
+    return impl_jax.transformer_forward(**{**_parts(heads, ()), "attention": attention})
 
 
 def forward_fn(heads: int, raw: Iterable[str]) -> Callable[[Any, jax.Array], jax.Array]:
@@ -78,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeats", type=int, default=None, help="rounds (default 7; --quick 1)")
     p.add_argument("--target-ms", type=float, default=200.0, help="duration of one sample")
     p.add_argument("--quick", action="store_true", help="tiny shapes, one round")
+    p.add_argument("--cores", action="store_true", help="also swap the attention's core alone")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 7)
@@ -89,8 +130,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     params = P.unflatten(dict(w.flat_params()))
     runners: dict[str, JaxRunner] = {}
     losses: dict[str, float] = {}
-    for name, raw in variants(args.parts).items():
-        runners[name] = JaxRunner(JaxModel(params, forward_fn(w.dims["heads"], raw), x, y))
+    forwards = {
+        name: forward_fn(w.dims["heads"], raw) for name, raw in variants(args.parts).items()
+    }
+    if args.cores:
+        for core in _cores():
+            forwards[f"purelayers, core {core}"] = core_forward_fn(w.dims["heads"], core)
+    for name, forward in forwards.items():
+        runners[name] = JaxRunner(JaxModel(params, forward, x, y))
         losses[name] = runners[name].initial_loss()
     np.testing.assert_allclose(list(losses.values()), losses["jax"], rtol=1e-5)
 
@@ -122,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "loss": losses[name],
         }
         print(
-            f"{name:>22}: {ms:9.3f} ms (IQR {100 * stats['iqr_rel']:4.1f}%), "
+            f"{name:>38}: {ms:9.3f} ms (IQR {100 * stats['iqr_rel']:4.1f}%), "
             f"{stats['median'] / base:5.2f}x raw JAX, compile "
             f"{runners[name].timings['compile_s']:5.2f} s",
             flush=True,

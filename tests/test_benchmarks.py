@@ -174,3 +174,15 @@ def test_variants_smoke():
         reference = run.make_runner(impl, w, w.flat_params(), x, y).initial_loss()
         assert out["variants"][impl]["loss"] == pytest.approx(reference, rel=1e-6)
     assert variants.variants(["gelu"])["jax + gelu"] == {"norm", "attention", "linear"}
+
+
+def test_variants_cores_smoke():
+    """``--cores``: purelayers with only the attention's core swapped, for each core,
+    starting from the all-raw-JAX variant's loss (checked inside ``main``)."""
+    from benchmarks import variants
+
+    out = variants.main(["--quick", "--parts", "norm", "--cores"])
+    cores = {name for name in out["variants"] if name.startswith("purelayers, core ")}
+    assert cores == {f"purelayers, core {c}" for c in variants._cores()}
+    assert len(cores) == 4
+    assert all(out["variants"][name]["step_ms"] > 0 for name in cores)
