@@ -1,7 +1,8 @@
 """The computation behind every convolution layer (``conv.py``): ``conv_nd``, a batched
 channels-first cross-correlation on ``lax.conv_general_dilated``, and the forms it takes
 on the CPU for a 2-d convolution of one input channel (``_one_channel_conv``) and for
-one whose weight gradient YNNPACK runs slowly (``_conv2d_3d_weight_gradient``).
+one whose weight gradient YNNPACK runs slowly over many output positions
+(``_conv2d_chunked_weight_gradient``).
 """
 
 from __future__ import annotations
@@ -55,16 +56,21 @@ def conv_nd(
 
     # On the CPU, two forms replace XLA's convolution: patches and one product for a 2-d
     # convolution of one input channel, whose convolution kernels are slow there
-    # (``_one_channel_conv``), and a 3-d weight gradient where YNNPACK's 2-d one is slow
-    # (``_conv2d_3d_weight_gradient``); the platform's own convolution everywhere else.
-    # The choice is made when the program is lowered, for the platform it is lowered for.
+    # (``_one_channel_conv``), and a weight gradient summed over chunks of images where
+    # YNNPACK's is slow over many output positions (``_conv2d_chunked_weight_gradient``);
+    # the platform's own convolution everywhere else. The choice is made when the
+    # program is lowered, for the platform it is lowered for.
     cpu_form = None
     if groups == 1 and lhs_dilation is None:
         one_channel = x.ndim == 4 and weight.shape[1] == 1
+        chunk = _weight_gradient_chunk(x, weight, stride, pads, dilation)
         if one_channel and math.prod(weight.shape[2:]) <= _ONE_CHANNEL_TAPS:
             cpu_form = _one_channel_conv
-        elif _slow_weight_gradient(x, weight, stride, pads, dilation):
-            cpu_form = _conv2d_3d_weight_gradient
+        elif chunk is not None:
+
+            def cpu_form(x, w, stride, pads, dilation):
+                return _conv2d_chunked_weight_gradient(x, w, stride, pads, dilation, chunk)
+
     if cpu_form is None:
         y = convolution(x, weight)
     else:
@@ -117,61 +123,64 @@ def _one_channel_conv(
     return jnp.transpose(y, (0, 3, 1, 2))
 
 
-def _slow_weight_gradient(
+def _weight_gradient_chunk(
     x: jax.Array, weight: jax.Array, stride: Sequence[int], pads: Pads, dilation: Sequence[int]
-) -> bool:
-    """Whether this convolution is one whose weight gradient XLA:CPU's YNNPACK kernel
-    runs slowly and a 3-d convolution faster (``_conv2d_3d_weight_gradient``): 2-d,
-    stride and dilation 1, more than 16 and at most 128 input channels, at least 12,544
-    output positions over the batch (64 images of 14 x 14), and more than 16 images or
-    output channels (fewer on both sides, XLA:CPU runs its own kernel already)."""
-    if x.ndim != 4 or any(s != 1 for s in stride) or any(d != 1 for d in dilation):
-        return False
+) -> int | None:
+    """Images per chunk of ``_conv2d_chunked_weight_gradient``, or ``None`` where XLA's
+    own weight gradient is kept: a 2-d convolution of dilation 1 over more than
+    ``_CHUNK_MIN_POSITIONS`` output positions in all, in chunks of about
+    ``_CHUNK_POSITIONS`` positions (at least one image) and at most ``_MAX_CHUNKS``
+    chunks."""
+    if x.ndim != 4 or any(d != 1 for d in dilation):
+        return None
     out = [
-        n + lo + hi - k + 1
-        for n, (lo, hi), k in zip(x.shape[2:], pads, weight.shape[2:], strict=True)
+        (n + lo + hi - k) // s + 1
+        for n, (lo, hi), k, s in zip(x.shape[2:], pads, weight.shape[2:], stride, strict=True)
     ]
-    positions = x.shape[0] * math.prod(max(o, 0) for o in out)
-    return (
-        _YNN_MIN_FEATURES < x.shape[1] <= _SLOW_MAX_CHANNELS
-        and positions >= _SLOW_MIN_POSITIONS
-        and max(x.shape[0], weight.shape[0]) > _YNN_MIN_FEATURES
-    )
+    per_image = math.prod(max(o, 0) for o in out)
+    images = x.shape[0]
+    if per_image == 0 or images * per_image <= _CHUNK_MIN_POSITIONS:
+        return None
+    chunk = max(1, _CHUNK_POSITIONS // per_image, -(-images // _MAX_CHUNKS))
+    return chunk if chunk < images else None
 
 
-_YNN_MIN_FEATURES = 16  # YNNPACK takes convolutions with more features than this
-_SLOW_MAX_CHANNELS = 128
-_SLOW_MIN_POSITIONS = 64 * 14 * 14
+_CHUNK_POSITIONS = 16 * 14 * 14
+_CHUNK_MIN_POSITIONS = 2 * _CHUNK_POSITIONS
+_MAX_CHUNKS = 8
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def _conv2d_3d_weight_gradient(
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
+def _conv2d_chunked_weight_gradient(
     x: jax.Array,
     weight: jax.Array,
     stride: tuple[int, ...],
     pads: Pads,
     dilation: tuple[int, ...],
+    chunk: int,
 ) -> jax.Array:
-    """A 2-d convolution whose weight gradient is taken as a 3-d one over a depth of one.
+    """A 2-d convolution whose weight gradient is summed over chunks of ``chunk`` images.
 
     ``x`` ``(N, C, H, W)``, ``weight`` ``(O, C, kh, kw)``; the value and the input
-    gradient are the 2-d convolution's. Its tangent in the weight is the same
-    convolution with a trailing depth axis of size one, so reverse mode's weight
-    gradient is a 3-d convolution, which XLA:CPU runs with its own (Eigen) kernels
-    instead of YNNPACK's 2-d weight-gradient kernel. Weight gradient alone on an Intel
-    Xeon (AVX-512; jitted, medians): ``[128, 32, 14, 14]``, 3x3, 64 outputs (the CNN
-    benchmark's second convolution) 26-30 -> 17.5 ms; ``[128, 32, 28, 28]`` 117 -> 73
-    ms; ``[32, 64, 56, 56]``, 64 outputs 199 -> 131 ms; the CNN's training step 45.1 ->
-    39.4 ms (in-process A/B, three alternations); ``resnet18``'s training step at batch
-    32 on 112 x 112 images (its first stage's convolutions qualify) 1064-1088 -> 986-992
-    ms. Outside ``_slow_weight_gradient``'s rule YNNPACK's kernel wins: stride 2 3.6
-    against 17.2 ms, 3 input channels 11.8 against 19.3, 16 input channels 7.3 against
-    7.9, 6,272 positions 3.3 against 4.0 (32 channels), 15.4 against 19.7 (128 channels)
-    and 11.9 against 19.3 (128 x 7 x 7, 128 channels), 3,136 positions with 256 channels
-    20.2 against 26.1; inside it, with 12,544 positions, ``[16, 64, 28, 28]`` 22.0 ->
-    15.4 ms, ``[64, 64, 14, 14]`` 24.3 -> 15.6, ``[64, 128, 14, 14]`` 48.3 -> 39.5,
-    ``[16, 128, 28, 28]`` 44.1 -> 38.7. The forward-mode tangent in the weight is the
-    3-d convolution too (slower than the 2-d one, 14 against 8 ms)."""
+    gradient are the 2-d convolution's. Its tangent in the weight is the convolution of
+    each chunk of images with the weight tangent, concatenated over the batch, so
+    reverse mode's weight gradient is one weight-gradient convolution per chunk, summed.
+    XLA:CPU's YNNPACK weight-gradient kernel slows more than linearly with the output
+    positions it contracts (images x output rows x output columns); in chunks of about
+    3,136 positions it runs 2-4x faster. Weight gradient alone on an Intel Xeon (AVX-512;
+    jitted, medians; 3x3 kernels, padding 1, XLA's own against chunks of ``c`` images):
+    ``[128, 32, 14, 14]`` with 64 outputs (the CNN benchmark's second convolution) 30-40
+    -> 11.6 ms (c = 16; 10.7 with c = 8; 18.6 as the 3-d convolution this replaced);
+    ``[64, 128, 14, 14]``, 128 outputs, 57.9 -> 25.7 (c = 16); ``[16, 128, 28, 28]``, 128
+    outputs, 74.2 -> 28.6 (c = 4); ``[128, 32, 28, 28]`` 129 -> 32.0 (c = 4); ``[32, 64,
+    56, 56]``, 64 outputs, 228 -> 100 (c = 2); stride 2 on ``[32, 64, 56, 56]`` 60.9 ->
+    30.9 (c = 8); three input channels, ``[32, 3, 32, 32]``, 5.2 -> 4.5 (c = 8); ``[64,
+    256, 7, 7]`` 23.8 against 21.0-22.3, within noise, so a convolution of at most
+    ``_CHUNK_MIN_POSITIONS`` positions keeps XLA's. The CNN's training step 45.5-47.4 ->
+    35.2 ms (in-process A/B, seven rounds; 8 chunks of 16 images; 13 chunks of 8-10
+    images were slower, 39-42 ms, so chunks stop at ``_MAX_CHUNKS``), compile 0.98 ->
+    1.13 s, temporaries unchanged (31.9 MiB). The forward-mode tangent in the weight is
+    the chunked convolution too."""
     return _conv2d(x, weight, stride, pads, dilation)
 
 
@@ -181,26 +190,23 @@ def _conv2d(x, weight, stride, pads, dilation):
     )
 
 
-def _conv2d_as_3d(x, weight, stride, pads, dilation):
-    """``_conv2d`` computed as a 3-d convolution over a trailing depth of one."""
-    y = lax.conv_general_dilated(
-        x[..., None],
-        weight[..., None],
-        window_strides=(*stride, 1),
-        padding=(*pads, (0, 0)),
-        rhs_dilation=(*dilation, 1),
-    )
-    return y[..., 0]
+def _chunked_conv2d(x, weight, stride, pads, dilation, chunk):
+    """``_conv2d`` computed chunk by chunk of ``chunk`` images, concatenated."""
+    parts = [
+        _conv2d(x[start : start + chunk], weight, stride, pads, dilation)
+        for start in range(0, x.shape[0], chunk)
+    ]
+    return jnp.concatenate(parts, axis=0)
 
 
-def _conv2d_3d_weight_gradient_jvp(stride, pads, dilation, primals, tangents):
+def _conv2d_chunked_weight_gradient_jvp(stride, pads, dilation, chunk, primals, tangents):
     (x, weight), (dx, dw) = primals, tangents
     terms = []
     if not isinstance(dx, SymbolicZero):
         terms.append(_conv2d(dx, weight, stride, pads, dilation))
     if not isinstance(dw, SymbolicZero):
-        terms.append(_conv2d_as_3d(x, dw, stride, pads, dilation))
+        terms.append(_chunked_conv2d(x, dw, stride, pads, dilation, chunk))
     return _conv2d(x, weight, stride, pads, dilation), sum(terms[1:], terms[0])
 
 
-_conv2d_3d_weight_gradient.defjvp(_conv2d_3d_weight_gradient_jvp, symbolic_zeros=True)
+_conv2d_chunked_weight_gradient.defjvp(_conv2d_chunked_weight_gradient_jvp, symbolic_zeros=True)

@@ -228,28 +228,35 @@ def test_one_channel_patches_are_the_cpu_choice_only():
 
 
 @pytest.mark.parametrize(
-    "kernel, pads",
-    [((3, 3), ((1, 1), (1, 1))), ((2, 3), ((0, 1), (2, 0))), ((3, 1), ((-1, 3), (1, 1)))],
+    "kernel, pads, stride, chunks",
+    [
+        ((3, 3), ((1, 1), (1, 1)), (1, 1), {4: 7, 2: 1}),
+        ((2, 3), ((0, 1), (2, 0)), (1, 1), {4: 7, 2: 1}),
+        ((3, 1), ((-1, 3), (1, 1)), (1, 1), {4: 7, 2: 1}),
+        ((3, 3), ((1, 1), (1, 1)), (2, 1), {8: 3, 6: 1}),
+    ],
 )
-def test_3d_weight_gradient_equals_xla_convolution(kernel, pads):
-    """17 input channels and 32 images of 28 x 28 (25,088 output positions) take the
-    weight gradient as a 3-d convolution over a depth of one
-    (``_conv2d_3d_weight_gradient``): the same outputs, reverse-mode gradients (input,
-    weight, bias, together and one at a time) and forward-mode tangents as
-    ``lax.conv_general_dilated``. Stride 2, 16 input channels or fewer positions keep
-    XLA's convolution."""
+def test_chunked_weight_gradient_equals_xla_convolution(kernel, pads, stride, chunks):
+    """30 images of 28 x 28 with 17 input channels take the weight gradient summed over
+    chunks of images (``_conv2d_chunked_weight_gradient``): the same outputs,
+    reverse-mode gradients (input, weight, bias, together and one at a time) and
+    forward-mode tangents as ``lax.conv_general_dilated``. With 784 output positions an
+    image, ``3136 // 784 = 4`` images a chunk (7 of four, one of two); with 840,
+    ``3136 // 840 = 3``, raised to 4 by the cap of 8 chunks (``ceil(30 / 8)``); with
+    stride 2 on the rows, 392 an image, ``3136 // 392 = 8`` (3 of eight, one of six).
+    Dilation 2, or 6,272 output positions or fewer (4 images), keep XLA's convolution."""
     from purelayers.layers import _convolution as conv
 
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((32, 17, 28, 28))
+    x = rng.standard_normal((30, 17, 28, 28))
     w = rng.standard_normal((6, 17, *kernel))
     b = rng.standard_normal(6)
 
-    def ours(x, w, b, stride=(1, 1)):
-        return conv.conv_nd(x, w, b, stride=stride, padding=pads, dilation=(1, 1), groups=1)
+    def ours(x, w, b, dilation=(1, 1)):
+        return conv.conv_nd(x, w, b, stride=stride, padding=pads, dilation=dilation, groups=1)
 
     def xla(x, w, b):
-        y = jax.lax.conv_general_dilated(x, w, (1, 1), pads)
+        y = jax.lax.conv_general_dilated(x, w, stride, pads)
         return y + b[None, :, None, None]
 
     def check(a, c):
@@ -271,17 +278,45 @@ def test_3d_weight_gradient_equals_xla_convolution(kernel, pads):
         check(y1, y2)
         check(t1, t2)
         backward = str(jax.make_jaxpr(jax.grad(lambda w: jnp.sum(ours(x, w, b))))(w))
-        assert re.search(r"f64\[6,17,\d+,\d+,1\]", backward)  # the 3-d weight gradient
+        # one weight-gradient convolution per chunk, over the chunk's slice of the input
+        found = re.findall(r"f64\[(\d+),17,28,28\] = slice", backward)
+        assert {int(n): found.count(n) for n in set(found)} == chunks, backward
         assert chosen(x, w, b)
-        assert not chosen(x, w, b, stride=(2, 2))
-        assert not chosen(x[:, :16], w[:, :16], b)
-        assert not chosen(x[:8], w, b)
+        assert not chosen(x, w, b, dilation=(2, 2))
+        assert not chosen(x[:4], w, b)
 
 
-def test_3d_weight_gradient_is_the_cpu_choice_only():
+def test_weight_gradient_chunks():
+    """Images per chunk (``_weight_gradient_chunk``), 3 x 3 kernels with padding 1:
+    about 3,136 output positions a chunk (``16 * 14 * 14``), at least one image, at
+    most 8 chunks, and none over 6,272 positions or fewer.
+
+    - ``[128, 32, 14, 14]``: 196 positions an image, ``3136 // 196 = 16`` images, 8 chunks.
+    - ``[16, 128, 28, 28]``: 784 an image, ``3136 // 784 = 4`` images, 4 chunks.
+    - ``[32, 64, 56, 56]``: 3,136 an image, one image would be 32 chunks; 8 chunks of 4.
+    - ``[64, 256, 7, 7]``: 3,136 positions in all, kept whole (``None``).
+    - ``[8, 1, 100, 100]``, stride 2: 2,500 an image, one image; 8 chunks would be the
+      whole batch, so ``1``.
+    - dilation 2: ``None``."""
+    from purelayers.layers._convolution import _weight_gradient_chunk as chunk
+
+    def of(shape, stride=(1, 1), dilation=(1, 1)):
+        x, w = jnp.zeros(shape), jnp.zeros((8, shape[1], 3, 3))
+        return chunk(x, w, stride, ((1, 1), (1, 1)), dilation)
+
+    assert of((128, 32, 14, 14)) == 16
+    assert of((16, 128, 28, 28)) == 4
+    assert of((32, 64, 56, 56)) == 4
+    assert of((64, 256, 7, 7)) is None
+    assert of((8, 1, 100, 100), stride=(2, 2)) == 1
+    assert of((128, 32, 14, 14), dilation=(2, 2)) is None
+
+
+def test_chunked_weight_gradient_is_the_cpu_choice_only():
     """Lowered for the CPU, the training gradient of the CNN benchmark's second
-    convolution's shape holds a 3-d convolution (its weight gradient); lowered for a GPU
-    (``jax.export``, no device needed) every convolution is 2-d."""
+    convolution's shape holds ten convolutions (forward, input gradient and one weight
+    gradient for each of 8 chunks of 16 images); lowered for a GPU (``jax.export``, no
+    device needed) three."""
     from purelayers.layers import _convolution as conv
 
     x, w = jnp.ones((128, 32, 14, 14)), jnp.ones((8, 32, 3, 3))
@@ -300,8 +335,9 @@ def test_3d_weight_gradient_is_the_cpu_choice_only():
         return [line for line in text.splitlines() if "stablehlo.convolution" in line]
 
     cpu, cuda = convolutions(lowered("cpu")), convolutions(lowered("cuda"))
-    assert any("x1xf32>" in line for line in cpu), cpu  # a trailing depth of one
-    assert cuda and not any("x1xf32>" in line for line in cuda), cuda
+    assert len(cpu) == 10, cpu
+    assert sum("tensor<16x32x14x14xf32>" in line for line in cpu) == 8, cpu
+    assert len(cuda) == 3, cuda
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
