@@ -127,11 +127,14 @@ def _weight_gradient_chunk(
     x: jax.Array, weight: jax.Array, stride: Sequence[int], pads: Pads, dilation: Sequence[int]
 ) -> int | None:
     """Images per chunk of ``_conv2d_chunked_weight_gradient``, or ``None`` where XLA's
-    own weight gradient is kept: a 2-d convolution of dilation 1 over more than
-    ``_CHUNK_MIN_POSITIONS`` output positions in all, in chunks of about
-    ``_CHUNK_POSITIONS`` positions (at least one image) and at most ``_MAX_CHUNKS``
-    chunks."""
+    own weight gradient is kept: a 2-d float32 or float64 convolution (the types
+    XLA:CPU gives YNNPACK; its bfloat16 convolutions run on Eigen's kernels, where
+    chunks were not measured) of dilation 1 over more than ``_CHUNK_MIN_POSITIONS``
+    output positions in all, in chunks of about ``_CHUNK_POSITIONS`` positions (at least
+    one image) and at most ``_MAX_CHUNKS`` chunks."""
     if x.ndim != 4 or any(d != 1 for d in dilation):
+        return None
+    if x.dtype not in (jnp.float32, jnp.float64):
         return None
     out = [
         (n + lo + hi - k) // s + 1

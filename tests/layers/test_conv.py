@@ -297,11 +297,11 @@ def test_weight_gradient_chunks():
     - ``[64, 256, 7, 7]``: 3,136 positions in all, kept whole (``None``).
     - ``[8, 1, 100, 100]``, stride 2: 2,500 an image, one image; 8 chunks would be the
       whole batch, so ``1``.
-    - dilation 2: ``None``."""
+    - dilation 2, or bfloat16: ``None``."""
     from purelayers.layers._convolution import _weight_gradient_chunk as chunk
 
-    def of(shape, stride=(1, 1), dilation=(1, 1)):
-        x, w = jnp.zeros(shape), jnp.zeros((8, shape[1], 3, 3))
+    def of(shape, stride=(1, 1), dilation=(1, 1), dtype=jnp.float32):
+        x, w = jnp.zeros(shape, dtype), jnp.zeros((8, shape[1], 3, 3), dtype)
         return chunk(x, w, stride, ((1, 1), (1, 1)), dilation)
 
     assert of((128, 32, 14, 14)) == 16
@@ -310,6 +310,7 @@ def test_weight_gradient_chunks():
     assert of((64, 256, 7, 7)) is None
     assert of((8, 1, 100, 100), stride=(2, 2)) == 1
     assert of((128, 32, 14, 14), dilation=(2, 2)) is None
+    assert of((128, 32, 14, 14), dtype=jnp.bfloat16) is None
 
 
 def test_chunked_weight_gradient_is_the_cpu_choice_only():
