@@ -180,9 +180,13 @@ def _conv2d_chunked_weight_gradient(
     30.9 (c = 8); three input channels, ``[32, 3, 32, 32]``, 5.2 -> 4.5 (c = 8); ``[64,
     256, 7, 7]`` 23.8 against 21.0-22.3, within noise, so a convolution of at most
     ``_CHUNK_MIN_POSITIONS`` positions keeps XLA's. The CNN's training step 45.5-47.4 ->
-    35.2 ms (in-process A/B, seven rounds; 8 chunks of 16 images; 13 chunks of 8-10
-    images were slower, 39-42 ms, so chunks stop at ``_MAX_CHUNKS``), compile 0.98 ->
-    1.13 s, temporaries unchanged (31.9 MiB). The forward-mode tangent in the weight is
+    35.2 ms (in-process A/B, seven rounds; 8 chunks of 16 images), compile 0.98 -> 1.13
+    s, temporaries unchanged (31.9 MiB). Other chunkings of that step, in-process
+    against 8 of 16 images at 31.4-33.5 ms: 16 of 8 a tie (33.3 ms) at more compile
+    time (1.12 against 1.01 s), hence at most ``_MAX_CHUNKS``; 11 of 12 a tie (31.6); 4
+    of 32 34.8; 13 of 10 and 10 of 13 slower (36.0-38.5 and 40.2 ms; alone, the weight
+    gradient takes 10.1-11.7 ms for every chunk size from 8 to 16 images, so the cause
+    is in the step, not isolated). The forward-mode tangent in the weight is
     the chunked convolution too."""
     return _conv2d(x, weight, stride, pads, dilation)
 
