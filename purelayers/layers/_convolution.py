@@ -63,10 +63,9 @@ def conv_nd(
     cpu_form = None
     if groups == 1 and lhs_dilation is None:
         one_channel = x.ndim == 4 and weight.shape[1] == 1
-        chunk = _weight_gradient_chunk(x, weight, stride, pads, dilation)
         if one_channel and math.prod(weight.shape[2:]) <= _ONE_CHANNEL_TAPS:
             cpu_form = _one_channel_conv
-        elif chunk is not None:
+        elif (chunk := _weight_gradient_chunk(x, weight, stride, pads, dilation)) is not None:
 
             def cpu_form(x, w, stride, pads, dilation):
                 return _conv2d_chunked_weight_gradient(x, w, stride, pads, dilation, chunk)
@@ -198,7 +197,10 @@ def _conv2d(x, weight, stride, pads, dilation):
 
 
 def _chunked_conv2d(x, weight, stride, pads, dilation, chunk):
-    """``_conv2d`` computed chunk by chunk of ``chunk`` images, concatenated."""
+    """``_conv2d`` computed chunk by chunk of ``chunk`` images, concatenated. One
+    convolution per chunk (at most ``_MAX_CHUNKS``), unrolled on purpose: each must
+    stay its own kernel call, which a ``lax.scan`` or a batched ``vmap`` would merge
+    back into one loop or one convolution."""
     parts = [
         _conv2d(x[start : start + chunk], weight, stride, pads, dilation)
         for start in range(0, x.shape[0], chunk)
