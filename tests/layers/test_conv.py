@@ -165,18 +165,43 @@ def test_conv2d_parity_property(torch, k, stride, padding, dilation, groups, ext
     assert_parity(torch, layer, (2, groups, *spatial))
 
 
+def _same_derivatives(ours, xla, args, check) -> np.ndarray:
+    """``check`` that ``ours`` and ``xla`` agree on ``args`` ``(x, w, b)``: the value,
+    reverse-mode gradients (all three together and ``x``, ``w`` alone) against a fixed
+    output cotangent, and forward-mode tangents. Returns that cotangent."""
+    x, w, b = args
+    y = xla(*args)
+    check(ours(*args), y)
+    ct = np.cos(np.arange(y.size)).reshape(y.shape)
+    for argnums in ((0, 1, 2), (0,), (1,)):
+        g1 = jax.grad(lambda *a: jnp.sum(ours(*a) * ct), argnums)(*args)
+        g2 = jax.grad(lambda *a: jnp.sum(xla(*a) * ct), argnums)(*args)
+        for a, c in zip(g1, g2, strict=True):
+            check(a, c)
+    tangents = (np.sin(np.arange(x.size)).reshape(x.shape), np.cos(w), np.sin(b))
+    (y1, t1), (y2, t2) = jax.jvp(ours, args, tangents), jax.jvp(xla, args, tangents)
+    check(y1, y2)
+    check(t1, t2)
+    return ct
+
+
 @pytest.mark.parametrize(
-    "kernel, stride, pads, dilation",
+    "kernel, stride, pads, dilation, per_image",
     [
-        ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1)),
-        ((5, 5), (2, 1), ((2, 0), (1, 3)), (1, 2)),
-        ((1, 4), (3, 2), ((-1, 2), (0, -1)), (2, 1)),  # negative pads crop
+        ((3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), True),  # 11 x 12 outputs an image
+        ((5, 5), (2, 1), ((2, 0), (1, 3)), (1, 2), True),  # 5 x 8
+        ((1, 4), (3, 2), ((-1, 2), (0, -1)), (2, 1), True),  # 4 x 4; negative pads crop
+        ((3, 3), (3, 3), ((0, 0), (0, 0)), (1, 1), False),  # 3 x 4
     ],
 )
-def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilation):
+def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilation, per_image):
     """One input channel and at most 25 taps take the patches path (``_one_channel_conv``):
-    the same outputs and gradients (input, weight, bias) as ``lax.conv_general_dilated``;
-    36 taps stay on XLA's convolution."""
+    the same outputs, reverse-mode gradients (input, weight, bias, together and one at a
+    time) and forward-mode tangents as ``lax.conv_general_dilated``; 36 taps stay on
+    XLA's convolution. With at least 16 output positions an image the weight gradient
+    is one ``(O, positions) x (positions, taps)`` product per image, summed
+    (``_patch_product``): the backward pass holds a ``[3, 4, taps]`` product; with 12
+    (the last case) the rows product's transpose, none."""
     from purelayers.layers import _convolution as conv
 
     rng = np.random.default_rng(0)
@@ -192,19 +217,40 @@ def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilatio
         y = jax.lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dilation)
         return y + b[None, :, None, None]
 
-    def grads(f):
-        y, vjp = jax.vjp(f, x, w, b)
-        return y, vjp(np.cos(np.arange(y.size)).reshape(y.shape))
+    def check(a, c):
+        np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
 
     with jax.enable_x64(True):
         assert "dot_general" in str(jax.make_jaxpr(ours)(x, w, b))
-        (y1, g1), (y2, g2) = grads(ours), grads(xla)
-        np.testing.assert_allclose(y1, y2, rtol=1e-12, atol=1e-12)
-        for a, c in zip(g1, g2, strict=True):
-            np.testing.assert_allclose(a, c, rtol=1e-12, atol=1e-12)
+        ct = _same_derivatives(ours, xla, (x, w, b), check)
+        backward = str(jax.make_jaxpr(jax.grad(lambda w: jnp.sum(ours(x, w, b) * ct)))(w))
+        taps = math.prod(kernel)
+        assert (f"f64[3,4,{taps}] = dot_general" in backward) == per_image, backward
         big = rng.standard_normal((4, 1, 6, 6))
         assert "conv_general_dilated" in str(jax.make_jaxpr(ours)(x, big, b))
         assert "platform_index" not in str(jax.make_jaxpr(ours)(x, big, b))
+
+
+def test_per_image_weight_gradient_is_for_float32_and_float64():
+    """The one-channel patches' weight gradient is summed over images
+    (``_patch_product``) in float32 and float64 only: in bfloat16 the sum of the images'
+    products would round in bfloat16, so it keeps the rows product's one contraction."""
+    from purelayers.layers import _convolution as conv
+
+    def backward(dtype):
+        x, w = jnp.ones((3, 1, 11, 12), dtype), jnp.ones((4, 1, 3, 3), dtype)
+
+        def loss(w):
+            y = conv.conv_nd(
+                x, w, None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1
+            )
+            return jnp.sum(y.astype(jnp.float32))
+
+        return str(jax.make_jaxpr(jax.grad(loss))(w))
+
+    assert "f32[3,4,9] = dot_general" in backward(jnp.float32)
+    text = backward(jnp.bfloat16)
+    assert "dot_general" in text and "[3,4,9] = dot_general" not in text, text
 
 
 def test_one_channel_patches_are_the_cpu_choice_only():
@@ -266,17 +312,7 @@ def test_chunked_weight_gradient_equals_xla_convolution(kernel, pads, stride, ch
         return "platform_index" in str(jax.make_jaxpr(lambda *a: ours(*a, **kw))(*args))
 
     with jax.enable_x64(True):
-        y = xla(x, w, b)
-        ct = np.cos(np.arange(y.size)).reshape(y.shape)
-        for argnums in ((0, 1, 2), (0,), (1,)):
-            g1 = jax.grad(lambda *a: jnp.sum(ours(*a) * ct), argnums)(x, w, b)
-            g2 = jax.grad(lambda *a: jnp.sum(xla(*a) * ct), argnums)(x, w, b)
-            for a, c in zip(g1, g2, strict=True):
-                check(a, c)
-        tangents = (np.sin(np.arange(x.size)).reshape(x.shape), np.cos(w), np.sin(b))
-        (y1, t1), (y2, t2) = jax.jvp(ours, (x, w, b), tangents), jax.jvp(xla, (x, w, b), tangents)
-        check(y1, y2)
-        check(t1, t2)
+        _same_derivatives(ours, xla, (x, w, b), check)
         backward = str(jax.make_jaxpr(jax.grad(lambda w: jnp.sum(ours(x, w, b))))(w))
         # one weight-gradient convolution per chunk, over the chunk's slice of the input
         found = re.findall(r"f64\[(\d+),17,28,28\] = slice", backward)
