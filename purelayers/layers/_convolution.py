@@ -85,6 +85,9 @@ def conv_nd(
 
 
 _ONE_CHANNEL_TAPS = 25  # kernels up to 5x5
+# the floating types whose 2-d convolutions and products XLA:CPU gives YNNPACK, where
+# the CPU forms below were measured
+_YNN_FLOATS = (jnp.float32, jnp.float64)
 
 
 def _one_channel_conv(
@@ -119,7 +122,7 @@ def _one_channel_conv(
     patches = jnp.stack(taps, axis=-1)  # (N, Ho, Wo, kh * kw)
     rows = weight.reshape(weight.shape[0], -1)
     per_image = blocks[0] * blocks[1] >= _PER_IMAGE_MIN_POSITIONS
-    if per_image and x.dtype in (jnp.float32, jnp.float64):
+    if per_image and x.dtype in _YNN_FLOATS:
         return _patch_product(patches, rows)
     return _patch_rows_product(patches, rows)
 
@@ -160,19 +163,28 @@ def _patch_product(patches: jax.Array, rows: jax.Array) -> jax.Array:
     4, 16, 9)`` a tie (0.42 / 0.39); ``(64, 2, 2, 32, 9)`` 0.04 -> 0.08, hence at least
     ``_PER_IMAGE_MIN_POSITIONS`` output positions an image. The CNN's training step
     28.05 -> 27.29 ms and 31.62 -> 29.94 ms (two in-process A/Bs, 15 and 21 alternating
-    rounds), temporaries unchanged (31.9 MiB), compile time a tie (0.88 / 0.79 s). Float32 and float64 only: a narrower type would sum the images'
-    products in that type."""
+    rounds), temporaries unchanged (31.9 MiB), compile time a tie (0.88 / 0.79 s).
+    Float32 and float64 only: a narrower type would sum the images' products in that
+    type."""
     return _patch_rows_product(patches, rows)
 
 
 def _patch_product_jvp(primals, tangents):
-    (patches, rows), (d_patches, d_rows) = primals, tangents
+    return _bilinear_jvp(_patch_rows_product, _per_image_product, primals, tangents)
+
+
+def _bilinear_jvp(product, weight_term, primals, tangents):
+    """The value and tangent of ``product(x, w)``, linear in each of ``x`` and ``w``:
+    ``product(dx, w) + weight_term(x, dw)``, where ``weight_term`` computes
+    ``product(x, dw)`` in another form; terms whose tangent is a symbolic zero are left
+    out (JAX calls the rule only when one is not)."""
+    (x, w), (dx, dw) = primals, tangents
     terms = []
-    if not isinstance(d_patches, SymbolicZero):
-        terms.append(_patch_rows_product(d_patches, rows))
-    if not isinstance(d_rows, SymbolicZero):
-        terms.append(_per_image_product(patches, d_rows))
-    return _patch_rows_product(patches, rows), sum(terms[1:], terms[0])
+    if not isinstance(dx, SymbolicZero):
+        terms.append(product(dx, w))
+    if not isinstance(dw, SymbolicZero):
+        terms.append(weight_term(x, dw))
+    return product(x, w), sum(terms[1:], terms[0])
 
 
 _patch_product.defjvp(_patch_product_jvp, symbolic_zeros=True)
@@ -190,7 +202,7 @@ def _weight_gradient_chunk(
     one image) and at most ``_MAX_CHUNKS`` chunks."""
     if x.ndim != 4 or any(d != 1 for d in dilation):
         return None
-    if x.dtype not in (jnp.float32, jnp.float64):
+    if x.dtype not in _YNN_FLOATS:
         return None
     out = [
         (n + lo + hi - k) // s + 1
@@ -266,13 +278,13 @@ def _chunked_conv2d(x, weight, stride, pads, dilation, chunk):
 
 
 def _conv2d_chunked_weight_gradient_jvp(stride, pads, dilation, chunk, primals, tangents):
-    (x, weight), (dx, dw) = primals, tangents
-    terms = []
-    if not isinstance(dx, SymbolicZero):
-        terms.append(_conv2d(dx, weight, stride, pads, dilation))
-    if not isinstance(dw, SymbolicZero):
-        terms.append(_chunked_conv2d(x, dw, stride, pads, dilation, chunk))
-    return _conv2d(x, weight, stride, pads, dilation), sum(terms[1:], terms[0])
+    def conv(x, w):
+        return _conv2d(x, w, stride, pads, dilation)
+
+    def chunked(x, w):
+        return _chunked_conv2d(x, w, stride, pads, dilation, chunk)
+
+    return _bilinear_jvp(conv, chunked, primals, tangents)
 
 
 _conv2d_chunked_weight_gradient.defjvp(_conv2d_chunked_weight_gradient_jvp, symbolic_zeros=True)
