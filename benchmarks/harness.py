@@ -50,21 +50,58 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def batch_axis(leaf: Any, batch: int) -> int:
+    """The one axis of an input array whose length is the batch size ``batch``."""
+    axes = [i for i, n in enumerate(np.shape(leaf)) if n == batch]
+    if len(axes) != 1:
+        raise ValueError(
+            f"cannot tell the batch axis of an input of shape {np.shape(leaf)}: "
+            f"{len(axes)} axes have the batch size {batch}"
+        )
+    return axes[0]
+
+
+def data_parallel(tree: Any, y: Any, devices: int) -> tuple[Any, Any, Any]:
+    """``tree`` (the inputs) split along each array's batch axis and ``y`` along its first
+    over the first ``devices`` JAX devices, and the replicated sharding for the rest."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if devices > len(jax.devices()):
+        raise ValueError(f"{devices} devices asked for, {len(jax.devices())} available")
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
+    batch = int(np.shape(y)[0])
+    if batch % devices:
+        raise ValueError(f"a batch of {batch} does not split over {devices} devices")
+
+    def split(leaf):
+        spec = [None] * np.ndim(leaf)
+        spec[batch_axis(leaf, batch)] = "data"
+        return jax.device_put(leaf, NamedSharding(mesh, PartitionSpec(*spec)))
+
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return jax.tree.map(split, tree), split(y), replicated
+
+
 class JaxRunner:
     """One jitted Adam training step with donated params and optimizer state.
 
     The step is compiled ahead of time (``lower().compile()``) so its XLA memory
     analysis is available; calling the compiled step is what ``jax.jit`` does after its
-    first call.
+    first call. With ``devices`` > 1 the batch is split over that many devices (params
+    and optimizer state replicated; XLA all-reduces the gradients): on the CPU, host
+    devices (``jax_num_cpu_devices``), each running its share of every kernel.
     """
 
     has_eager = True  # the model's forward can also be timed un-jitted
 
-    def __init__(self, model: JaxModel, xla_options: dict[str, str] | None = None):
+    def __init__(
+        self, model: JaxModel, xla_options: dict[str, str] | None = None, devices: int = 1
+    ):
         import optax
 
         self.model = model
         self.xla_options = dict(xla_options or {})
+        self.devices = devices
         opt = optax.adam(LEARNING_RATE)
 
         def loss(params, x, y):
@@ -77,9 +114,12 @@ class JaxRunner:
 
         self._jit_step = jax.jit(step, donate_argnums=(0, 1))
         self.params = jax.tree.map(jnp.asarray, model.params)
-        self.opt_state = opt.init(self.params)
         self.x = jax.tree.map(jnp.asarray, model.x)
         self.y = jnp.asarray(model.y)
+        if devices > 1:
+            self.x, self.y, replicated = data_parallel(self.x, self.y, devices)
+            self.params = jax.device_put(self.params, replicated)
+        self.opt_state = opt.init(self.params)
         self.compiled = None
         self.timings: dict[str, float] = {}
 
@@ -141,6 +181,7 @@ class JaxRunner:
         self.run(1)
         out = dict(self.timings, first_call_s=time.perf_counter() - t0)
         out.update(self.memory_mb())
+        out["devices"] = len(jax.tree.leaves(self.params)[0].sharding.device_set)
         return out
 
 

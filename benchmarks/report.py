@@ -120,6 +120,12 @@ def markdown(data: dict) -> str:
             + "."
             if meta.get("xla_options")
             else ""
+        )
+        + (
+            f" Every JAX step's batch split over {meta['host_devices']} CPU devices"
+            " (`--host-devices`, params replicated); PyTorch unchanged."
+            if meta.get("host_devices", 1) > 1
+            else ""
         ),
         "",
         "### Training step, median ms (± IQR / median)",

@@ -7,6 +7,7 @@ workloads (see ``benchmarks/workloads.py``).
     python -m benchmarks.run --workloads mlp cnn --impls purelayers jax torch --repeats 20
     python -m benchmarks.run --impls purelayers torch torch-compile   # torch.compile too
     python -m benchmarks.run --precision bf16 --workloads mlp transformer
+    python -m benchmarks.run --host-devices 2       # JAX steps data-parallel over 2 CPU devices
     python -m benchmarks.run --workloads cnn --xla-option \
         xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE
 
@@ -76,17 +77,39 @@ def available(name: str) -> bool:
 
 
 def make_runner(
-    impl: str, w: workloads.Workload, flat: dict, x, y, xla_options: dict[str, str] | None = None
+    impl: str,
+    w: workloads.Workload,
+    flat: dict,
+    x,
+    y,
+    xla_options: dict[str, str] | None = None,
+    devices: int = 1,
 ):
     """The implementation's runner; ``xla_options`` are compiler options for every JAX
-    step (``jax.stages.Lowered.compile``), and do not touch PyTorch."""
+    step (``jax.stages.Lowered.compile``), and ``devices`` the JAX devices its batch is
+    split over (``--host-devices``); neither touches PyTorch."""
     from benchmarks.harness import JaxRunner, TorchRunner
 
     module, builder, _ = IMPLS[impl]
     model = getattr(importlib.import_module(module), builder)(w, flat, x, y)
     if impl in TORCH:
         return TorchRunner(model, compiled=impl == "torch-compile")
-    return JaxRunner(model, xla_options)
+    return JaxRunner(model, xla_options, devices)
+
+
+def use_host_devices(n: int) -> None:
+    """Give JAX ``n`` CPU devices (``jax_num_cpu_devices``); before any JAX computation.
+    Raises ``ValueError`` where the backend is not the CPU or is already running."""
+    import jax
+
+    if n == 1:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError as e:
+        raise ValueError(f"--host-devices {n}: JAX is already running in this process") from e
+    if jax.default_backend() != "cpu":
+        raise ValueError(f"--host-devices is for the CPU backend, not {jax.default_backend()}")
 
 
 def _torch_has_gpu() -> bool:
@@ -147,20 +170,29 @@ def _load() -> list[float]:
 
 
 def child(
-    impl: str, workload: str, quick: bool, xla_options: dict[str, str] | None = None
+    impl: str,
+    workload: str,
+    quick: bool,
+    xla_options: dict[str, str] | None = None,
+    host_devices: int = 1,
 ) -> dict[str, Any]:
     """First call and memory of one implementation, measured in this process."""
     w = workloads.get(workload, quick=quick)
     x, y = w.data()
-    runner = make_runner(impl, w, w.flat_params(), x, y, xla_options)
+    runner = make_runner(impl, w, w.flat_params(), x, y, xla_options, host_devices)
     return runner.first_call()
 
 
 def first_call_subprocess(
-    impl: str, workload: str, quick: bool, xla_options: dict[str, str] | None = None
+    impl: str,
+    workload: str,
+    quick: bool,
+    xla_options: dict[str, str] | None = None,
+    host_devices: int = 1,
 ) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.run", "--child", impl, workload]
     cmd += ["--quick"] if quick else []
+    cmd += ["--host-devices", str(host_devices)]
     for k, v in (xla_options or {}).items():
         cmd += ["--xla-option", f"{k}={v}"]
     root = Path(__file__).resolve().parent.parent
@@ -207,7 +239,7 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
     runners = {}
     for impl in impls:
         try:
-            runners[impl] = make_runner(impl, w, flat, x, y, args.xla_options)
+            runners[impl] = make_runner(impl, w, flat, x, y, args.xla_options, args.host_devices)
         except Exception as e:  # one library failing must not lose the others' figures
             out[impl] = {"error": f"{type(e).__name__}: {e}"}
             print(f"  {name}/{impl}: failed to build: {e}", file=sys.stderr)
@@ -261,12 +293,14 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
             if args.first_call == "subprocess":
                 fc = _median_first_call(
                     [
-                        first_call_subprocess(impl, name, args.quick, args.xla_options)
+                        first_call_subprocess(
+                            impl, name, args.quick, args.xla_options, args.host_devices
+                        )
                         for _ in range(args.fresh)
                     ]
                 )
             else:
-                fc = child(impl, name, args.quick, args.xla_options)
+                fc = child(impl, name, args.quick, args.xla_options, args.host_devices)
             out[impl].update({k if k == "error" else f"fresh_{k}": v for k, v in fc.items()})
     return out
 
@@ -317,6 +351,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="an XLA compiler option for every JAX implementation's step (repeatable), "
         "e.g. xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT",
     )
+    p.add_argument(
+        "--host-devices",
+        type=int,
+        default=1,
+        metavar="N",
+        help="split every JAX step's batch over N CPU devices (jax_num_cpu_devices), "
+        "params replicated; PyTorch unchanged (default 1)",
+    )
     p.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.xla_options = {}
@@ -331,13 +373,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.first_call = "inprocess" if args.quick else "subprocess"
     if args.repeats < 1:
         p.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.host_devices < 1:
+        p.error(f"--host-devices must be >= 1, got {args.host_devices}")
     return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
+    use_host_devices(args.host_devices)
     if args.child:
-        print(json.dumps(child(*args.child, args.quick, args.xla_options)))
+        print(json.dumps(child(*args.child, args.quick, args.xla_options, args.host_devices)))
         return {}
     names = args.workloads or list(workloads.WORKLOADS)
     impls = args.impls or default_impls(args.quick)
@@ -365,6 +410,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # process settings that change the figures (allocator, huge pages, XLA, threads)
         "environment": {k: os.environ[k] for k in _ENVIRONMENT if k in os.environ},
         "xla_options": args.xla_options,
+        "host_devices": args.host_devices,
         "transparent_hugepage": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
     }
     t0 = time.perf_counter()

@@ -6,11 +6,15 @@ the same model (same parameter count and initial loss) and that the report is wr
 
 import importlib.util
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
-from benchmarks import report, run
+from benchmarks import harness, report, run
 
 
 def test_eager_and_bf16_columns(tmp_path):
@@ -109,6 +113,43 @@ def test_torch_compile_column_trains_the_same_model(tmp_path):
     assert run.default_impls(True) == ["purelayers", "jax"]
 
 
+def test_host_devices_split_every_jax_step_in_a_fresh_process(tmp_path):
+    """``--host-devices 2``: the process gets two CPU devices and every JAX step's batch is
+    split over them, the lstm's time-major input along its second axis; the models still
+    start from the same loss as PyTorch's, and the report says how the steps ran."""
+    out = tmp_path / "dp.json"
+    cmd = [sys.executable, "-m", "benchmarks.run", "--quick", "--workloads", "lstm",
+           "--impls", "purelayers", "jax", "--host-devices", "2", "--no-eager",
+           "--json", str(out)]  # fmt: skip
+    root = Path(run.__file__).resolve().parent.parent
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["meta"]["host_devices"] == 2 and len(data["meta"]["devices"]) == 2
+    assert data["mismatched_losses"] == []
+    row = data["results"]["lstm"]
+    for impl in ("purelayers", "jax"):
+        assert row[impl]["fresh_devices"] == 2, (impl, row[impl])
+        assert row[impl]["step_ms"] > 0
+    assert "batch split over 2 CPU devices" in done.stdout
+
+
+def test_batch_axis_is_the_one_axis_of_the_batch_size():
+    assert harness.batch_axis(np.zeros((100, 32, 64)), 32) == 1
+    assert harness.batch_axis(np.zeros((32, 784)), 32) == 0
+    with pytest.raises(ValueError, match="2 axes have the batch size 8"):
+        harness.batch_axis(np.zeros((8, 8, 3)), 8)
+    with pytest.raises(ValueError, match="0 axes"):
+        harness.batch_axis(np.zeros((5, 3)), 8)
+
+
+def test_host_devices_need_a_process_where_jax_has_not_run():
+    jax.numpy.zeros(1).block_until_ready()
+    with pytest.raises(ValueError, match="already running"):
+        run.use_host_devices(2)
+    run.use_host_devices(1)  # nothing to change
+
+
 def test_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         run.parse(["--xla-option", "no_value"])
@@ -116,6 +157,8 @@ def test_rejects_bad_arguments():
         run.parse(["--repeats", "0"])
     with pytest.raises(SystemExit):
         run.parse(["--impls", "tensorflow"])
+    with pytest.raises(SystemExit):
+        run.parse(["--host-devices", "0"])
     assert importlib.util.find_spec("benchmarks.run") is not None
 
 

@@ -122,6 +122,15 @@ def test_megatron_rule_sets():
     assert S.batch_sharding(S.make_mesh("data=1")).spec == S.P("data")
 
 
+def test_batch_sharding_splits_the_named_axis():
+    mesh = S.make_mesh("data=1")
+    assert S.batch_sharding(mesh, axis=1).spec == S.P(None, "data")
+    assert S.batch_sharding(mesh, ("data",), axis=2).spec == S.P(None, None, ("data",))
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match="batch_sharding: axis must be an int >= 0"):
+            S.batch_sharding(mesh, axis=bad)
+
+
 def test_transformer_block_rules_cover_every_parameter_of_a_block():
     block = L.TransformerBlock(4)
     params = jax.eval_shape(lambda k: block.init(k, (2, 8, 32)), jax.random.key(0))
@@ -271,6 +280,16 @@ def test_ten_sharded_steps_match_one_device(scenarios, name):
     assert got["shardings_kept"]
     ref = scenarios["reference_losses"]
     assert ref[-1] < ref[0]  # it trains
+
+
+def test_time_major_batch_splits_along_its_second_axis(scenarios):
+    """``batch_sharding(mesh, axis=1)`` on an LSTM's ``(T, B, I)`` input: each of the 8
+    devices holds ``(6, 2, 8)``, and loss and gradients equal one device's."""
+    tm = scenarios["time_major"]
+    assert tm["x_spec"] == "P(None, 'data')"
+    assert tm["x_shard_shape"] == [6, 2, 8]
+    assert tm["loss_diff"] < 1e-4
+    assert tm["grad_diff"] < 1e-5 * max(tm["grad_scale"], 1.0)
 
 
 def test_rule_sets_split_what_they_should(scenarios):
