@@ -101,7 +101,6 @@ class JaxRunner:
 
         self.model = model
         self.xla_options = dict(xla_options or {})
-        self.devices = devices
         opt = optax.adam(LEARNING_RATE)
 
         def loss(params, x, y):
