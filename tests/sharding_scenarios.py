@@ -285,11 +285,7 @@ def scenario_time_major(out):
     out["time_major"] = {
         "x_spec": str(xs.sharding.spec),
         "x_shard_shape": list(xs.addressable_shards[0].data.shape),
-        "loss_diff": abs(float(ref_loss) - float(got_loss)),
-        "grad_diff": max(
-            float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-            for a, b in zip(jax.tree.leaves(ref_grads), jax.tree.leaves(grads), strict=True)
-        ),
+        **compare((ref_grads, [float(ref_loss)]), (grads, [float(got_loss)])),
         "grad_scale": max(float(np.max(np.abs(np.asarray(a)))) for a in jax.tree.leaves(ref_grads)),
     }
 
