@@ -44,7 +44,9 @@ def gradcheck(
     full Jacobian of every floating-point output leaf is computed three ways (reverse
     mode, forward mode, finite differences) and each analytic entry ``a`` must satisfy
     ``|a - n| <= atol + rtol * |n|`` against the numerical ``n``. Integer leaves (ids,
-    PRNG keys) pass through unchanged.
+    PRNG keys) pass through unchanged. A function built on ``jax.custom_vjp``, which
+    has no forward mode, is checked in reverse mode alone (torch's ``gradcheck`` checks
+    reverse mode by default too), so a wrong ``custom_vjp`` fails it as well.
 
     Returns ``True``; raises ``AssertionError`` naming the worst leaf by its dotted path
     (``"0.weight (argument 0)"``), the entry, and the analytic and numerical values.
@@ -87,19 +89,30 @@ def gradcheck(
         # traced once for both analytic ones: forward mode is its linearization applied to
         # every unit tangent, reverse mode that linear map's transpose applied to every
         # unit cotangent (what ``jax.jacfwd`` and ``jax.jacrev`` compute, without tracing
-        # ``fn`` a second time).
-        @jax.jit
-        def jacobians_of(flat):
+        # ``fn`` a second time). A ``custom_vjp`` has no forward mode: its linearization
+        # can only be transposed, so such an ``fn`` is checked in reverse mode alone.
+        def jacobians_of(flat, forward_mode):
             out, forward = jax.linearize(f, flat)
             backward = jax.linear_transpose(forward, flat)
-            return (
-                jax.vmap(lambda c: backward(c)[0])(jnp.eye(out.size, dtype=out.dtype)),
-                jax.vmap(forward, out_axes=1)(jnp.eye(flat.size, dtype=flat.dtype)),
-                _finite_differences(f, flat, eps, batch_size),
+            rev = jax.vmap(lambda c: backward(c)[0])(jnp.eye(out.size, dtype=out.dtype))
+            fwd = (
+                jax.vmap(forward, out_axes=1)(jnp.eye(flat.size, dtype=flat.dtype))
+                if forward_mode
+                else None
             )
+            return rev, fwd, _finite_differences(f, flat, eps, batch_size)
 
-        rev, fwd, numerical = (np.asarray(j) for j in jacobians_of(flat))
-        jacobians = {"reverse-mode": rev, "forward-mode": fwd}
+        jitted = jax.jit(jacobians_of, static_argnums=1)
+        try:
+            rev, fwd, numerical = jitted(flat, True)
+        except TypeError as e:
+            if "custom_vjp" not in str(e):
+                raise
+            rev, fwd, numerical = jitted(flat, False)
+        jacobians = {"reverse-mode": np.asarray(rev)}
+        if fwd is not None:
+            jacobians["forward-mode"] = np.asarray(fwd)
+        numerical = np.asarray(numerical)
         worst = None
         for mode, jac in jacobians.items():
             excess = np.abs(jac - numerical) - (atol + rtol * np.abs(numerical))
