@@ -72,6 +72,12 @@ class LayerError(ValueError):
         )
 
 
+class ConfigTypeError(ValueError, TypeError):
+    """A hyperparameter of the wrong type (a string where an initializer belongs, a dict
+    where a config belongs): a ``ValueError``, as every bad hyperparameter is, and a
+    ``TypeError``, as Python's convention for a wrong type has it."""
+
+
 def config_error(layer: str, arg: str, rule: str, value: Any) -> ValueError:
     return ValueError(f"{layer}: {arg} must be {rule}, got {value!r}")
 

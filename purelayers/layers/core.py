@@ -20,6 +20,7 @@ from purelayers import init as _initializers
 from purelayers._tree import Stacked
 from purelayers.layers._capture import active, paused, run_child
 from purelayers.layers._checks import (
+    ConfigTypeError,
     LayerError,
     as_shape,
     check_int,
@@ -273,11 +274,18 @@ def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple,
 
 
 def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
-    """``raw`` (a class's own ``init``) after checking ``shape`` names this layer."""
+    """``raw`` (a class's own ``init``) after checking ``shape`` names this layer.
+
+    A layer written outside the library gets ``shape`` as a tuple of ints even when it
+    is given an example array or a ``jax.ShapeDtypeStruct`` (as containers pass their
+    children), so ``shape[-1]`` is the input width however the layer is reached."""
+    users = not raw.__module__.startswith("purelayers.")
 
     @functools.wraps(raw)
     def init(self: Layer, key: Any, shape: Any, *args: Any, **kwargs: Any) -> Any:
         check_shape(type(self).__name__, shape)
+        if users and hasattr(shape, "shape") and hasattr(shape, "dtype"):
+            shape = as_shape(shape)
         params = raw(self, key, shape, *args, **kwargs)
         most_derived = getattr(type(self).init, "unchecked", None) is raw
         if most_derived and len(args) <= 1 and kwargs.keys() <= {"dtype"}:
@@ -288,18 +296,33 @@ def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
     return init
 
 
+# the initializer factories of ``purelayers.init`` (``pl.init.zeros`` makes an initializer)
+_FACTORIES = tuple(
+    n for n in _initializers.__all__ if n not in ("Initializer", "calculate_gain", "fans")
+)
+
+
 def _check_initializers(layer: Layer) -> None:
     """Every ``*_init`` field is an initializer ``fn(key, shape, dtype)`` or None."""
     for f in dataclasses.fields(layer):
         value = getattr(layer, f.name, None)
-        if f.name.endswith("_init") and value is not None and not callable(value):
+        if not f.name.endswith("_init") or value is None:
+            continue
+        factory = next((n for n in _FACTORIES if getattr(_initializers, n, None) is value), None)
+        if factory is not None:
+            raise ConfigTypeError(
+                f"{type(layer).__name__}: {f.name} must be an initializer fn(key, shape, "
+                f"dtype) or None, got the factory pl.init.{factory} itself (call it: "
+                f"pl.init.{factory}())"
+            )
+        if not callable(value):
             if isinstance(value, str) and value in _initializers.__all__:
                 example = f"pl.init.{value}()"
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 example = f"pl.init.constant({value})"
             else:
                 example = "pl.init.normal(std=0.02)"
-            raise TypeError(
+            raise ConfigTypeError(
                 f"{type(layer).__name__}: {f.name} must be an initializer fn(key, shape, "
                 f"dtype) or None, got {value!r} (for example {example})"
             )

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
-from purelayers.layers._checks import as_shape, check_int, need_key
+from purelayers.layers._checks import ConfigTypeError, as_shape, check_int, need_key
 from purelayers.layers.linear import linear
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
@@ -119,7 +119,7 @@ class CausalLM(Layer):
 
     def __post_init__(self):
         if not isinstance(self.config, self.config_class):
-            raise TypeError(
+            raise ConfigTypeError(
                 f"{type(self).__name__}: config must be a {self.config_class.__name__}, "
                 f"got {type(self.config).__name__}"
             )

@@ -13,6 +13,8 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
+from purelayers.layers._checks import ConfigTypeError
+
 __all__ = ["Config", "Frozen"]
 
 C = TypeVar("C", bound="Config")
@@ -77,7 +79,7 @@ class Config:
     def from_dict(cls: type[C], config: Mapping[str, Any]) -> C:
         """The config from a ``config.json`` dict (unknown keys ignored)."""
         if not isinstance(config, Mapping):
-            raise TypeError(
+            raise ConfigTypeError(
                 f"{cls.__name__}.from_dict: expected a dict, got {type(config).__name__}"
             )
         given = config.get("model_type")

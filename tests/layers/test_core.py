@@ -160,6 +160,50 @@ def test_init_accepts_example_array_and_jit():
     pl.testing.assert_tree_allclose(jitted, by_shape, rtol=1e-6, atol=1e-7)
 
 
+@dataclasses.dataclass(frozen=True)
+class _PositionTable(L.Layer):
+    """A user's layer as DESIGN writes one: ``x + pos_emb[:seq]``, its width read as
+    ``shape[-1]``."""
+
+    def own_names(self):
+        return ("pos_emb",)
+
+    def init(self, key, shape, dtype=jnp.float32):
+        return {"pos_emb": jax.random.normal(key, (16, shape[-1]), dtype)}
+
+    def apply(self, params, x, *, key=None, train=False):
+        return x + params["pos_emb"][None, : x.shape[-2]]
+
+
+def test_a_users_layer_gets_a_shape_however_it_is_reached():
+    """Directly, from an example array, inside ``Sequential`` and inside ``Repeat``, a
+    user's ``init`` sees the input shape as a tuple of ints (``shape[-1]`` the width)."""
+    key = jax.random.key(0)
+    layer = _PositionTable()
+    assert layer.init(key, (2, 4, 6))["pos_emb"].shape == (16, 6)
+    assert layer.init(key, jnp.zeros((2, 4, 6)))["pos_emb"].shape == (16, 6)
+    model = L.Sequential(L.Linear(6), layer)
+    params = model.init(key, (2, 4, 5))
+    assert list(pl.params.flatten(params)) == ["0.weight", "0.bias", "1.pos_emb"]
+    x = jnp.ones((2, 4, 5))
+    want = L.Linear(6).apply(params["0"], x) + params["1"]["pos_emb"][None, :4]
+    np.testing.assert_allclose(model.apply(params, x), want, rtol=1e-6)
+    stack = L.Repeat(layer, 3)
+    params = stack.init(key, (2, 4, 6))
+    assert pl.params.flatten(params)["2.pos_emb"].shape == (16, 6)
+    x = jnp.zeros((2, 4, 6))
+    want = sum(pl.params.flatten(params)[f"{i}.pos_emb"][None, :4] for i in range(3))
+    np.testing.assert_allclose(stack.apply(params, x), jnp.broadcast_to(want, x.shape), rtol=1e-6)
+
+
+def test_an_initializer_of_the_wrong_type_is_a_value_and_a_type_error():
+    """Bad hyperparameters are ``ValueError``s; a wrong type is also a ``TypeError``."""
+    for bad in ("zeros", 0.5, pl.init.zeros):
+        with pytest.raises(ValueError, match="weight_init must be an initializer") as err:
+            L.Linear(3, weight_init=bad)
+        assert isinstance(err.value, TypeError)
+
+
 def test_ordered_restores_torch_order_after_jit():
     model = L.Sequential(*[L.Linear(2) for _ in range(12)])
     params = model.init(jax.random.key(0), (1, 2))
