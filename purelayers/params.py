@@ -202,15 +202,50 @@ def _load(
     template: Any, flat: Mapping[str, Any], strict: bool, who: str, model: Any = None
 ) -> tuple[Any, IncompatibleKeys]:
     """The filled tree and the unmatched names; all checks run before any conversion."""
+    names = _specs(template)
     source, keys = _match(
-        _specs(template),
+        names,
         flat,
         strict=strict,
         who=who,
-        aliases=_aliases(model, who),
+        aliases={**_shared(flat, names), **_aliases(model, who)},
         equal=_equal_values(flat),
     )
     return fill(template, _filler(flat, source)), keys
+
+
+def _address(value: Any) -> tuple[Any, ...] | None:
+    """Where ``value``'s data lives, with its layout: equal for two views of one memory
+    (the two names of a tied torch parameter in a ``state_dict``); None if unknown."""
+    if callable(getattr(value, "data_ptr", None)) and callable(getattr(value, "stride", None)):
+        return ("torch", value.data_ptr(), tuple(value.shape), value.stride(), str(value.dtype))
+    if isinstance(value, np.ndarray):
+        data = value.__array_interface__["data"][0]
+        return ("numpy", data, value.shape, value.strides, value.dtype.str)
+    return None
+
+
+def _shared(flat: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, str]:
+    """``{alias: original}`` for each name of ``flat`` the template lacks whose value is
+    the very array (or a view of the same memory) held under a template name: a tied
+    parameter, which torch's ``state_dict()`` lists under both its names."""
+    extra = [k for k in flat if k not in names]
+    if not extra:
+        return {}
+    held: dict[Any, str] = {}
+    for k in names:
+        if k in flat:
+            held.setdefault(id(flat[k]), k)
+            address = _address(flat[k])
+            if address is not None and address[1]:
+                held.setdefault(address, k)
+    found = {}
+    for k in extra:
+        address = _address(flat[k])
+        original = held.get(id(flat[k])) or (held.get(address) if address else None)
+        if original is not None:
+            found[k] = original
+    return found
 
 
 def _like(value: Any, like: Any) -> jax.Array:
@@ -308,10 +343,14 @@ def load_state_dict(
       reported: by a ``CheckpointWarning`` listing them, or, with ``return_keys=True``,
       as an ``IncompatibleKeys`` returned alongside the tree (and no warning).
     - A shape mismatch raises one ``ValueError`` naming each key, expected and got.
+    - Tied names: a name the template lacks whose value is the very array held under a
+      template name (torch's ``state_dict()`` of a tied model lists the one tensor under
+      both names, GPT-2's ``lm_head.weight`` and ``transformer.wte.weight``) is that
+      name's alias, and loads without ``model``.
     - ``model``: the layer the template belongs to, for its tied names
-      (``model.aliases()``, see ``layers.Tied``): an alias in ``flat`` (torch's
-      ``state_dict`` lists both names of a tied weight) must equal its original, else a
-      ``ValueError`` names both; a ``flat`` with only the alias fills the original.
+      (``model.aliases()``, see ``layers.Tied``), needed where the checkpoint holds the
+      alias as a separate array (a file): an alias in ``flat`` must equal its original,
+      else a ``ValueError`` names both; a ``flat`` with only the alias fills the original.
     - Stacked blocks (``Repeat``) are filled from their per-block names.
 
     Returns:

@@ -98,7 +98,13 @@ class RotaryEmbedding(Layer):
 
     def tables(self, positions: jax.Array, dim: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
         """``cos`` and ``sin`` of shape ``positions.shape + (dim,)``."""
-        inv = self.inv_freq(dim, dtype)
+        return self.tables_at(self.inv_freq(dim, dtype), positions, dtype)
+
+    @staticmethod
+    def tables_at(inv: jax.Array, positions: Any, dtype: Any) -> tuple[jax.Array, jax.Array]:
+        """``cos`` and ``sin`` of ``positions * inv`` (both halves), for subclasses whose
+        frequencies depend on the positions."""
+        inv = inv.astype(dtype)
         positions = jnp.asarray(positions).astype(dtype)
         angles = positions[..., None] * inv.reshape((1,) * positions.ndim + (-1,))
         angles = jnp.concatenate([angles, angles], axis=-1)

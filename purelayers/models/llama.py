@@ -1,8 +1,8 @@
 """Llama, Mistral and Qwen2 (``transformers.LlamaForCausalLM``, ``MistralForCausalLM``,
 ``Qwen2ForCausalLM``) under Hugging Face's names and layouts.
 
-RMSNorm (float32 statistics), rotate-half RoPE at ``rope_theta`` (and the ``llama3``
-rope scaling), grouped-query attention with any ``head_dim``, a SwiGLU MLP
+RMSNorm (float32 statistics), rotate-half RoPE at ``rope_theta`` (and the ``linear``,
+``dynamic`` and ``llama3`` rope scalings), grouped-query attention with any ``head_dim``, a SwiGLU MLP
 (``gate_proj``, ``up_proj``, ``down_proj``), ``attention_bias``/``mlp_bias``, a tied or
 untied ``lm_head``; Qwen2's q/k/v biases; Mistral's ``sliding_window``. Names:
 ``model.embed_tokens.weight``, ``model.layers.0.self_attn.q_proj.weight``, ...,
@@ -38,6 +38,8 @@ from purelayers.models._config import Config
 from purelayers.models._parts import init_children
 
 __all__ = [
+    "DynamicNTKRotaryEmbedding",
+    "LinearRotaryEmbedding",
     "Llama3RotaryEmbedding",
     "LlamaConfig",
     "LlamaForCausalLM",
@@ -76,11 +78,47 @@ class Llama3RotaryEmbedding(RotaryEmbedding):
 
 
 @dataclasses.dataclass(frozen=True)
+class LinearRotaryEmbedding(RotaryEmbedding):
+    """RoPE with linear position interpolation (``rope_type="linear"``): every frequency
+    divided by ``factor``, so position ``p`` turns as ``p / factor`` did, as
+    transformers' ``_compute_linear_scaling_rope_parameters``."""
+
+    factor: float = 1.0
+
+    def inv_freq(self, dim: int, dtype: Any) -> jax.Array:
+        return (super().inv_freq(dim, jnp.float32) / self.factor).astype(dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicNTKRotaryEmbedding(RotaryEmbedding):
+    """RoPE with dynamic NTK scaling (``rope_type="dynamic"``), as transformers'
+    ``_compute_dynamic_ntk_parameters``: for a call whose largest position ``p`` reaches
+    past ``max_position_embeddings`` (``L = p + 1 > max``), the base becomes ``theta *
+    (factor * L / max - (factor - 1)) ** (d / (d - 2))``; within ``max`` it is
+    ``theta``. The frequencies follow each call's positions, as transformers' follow a
+    sequence that grows (prompt, then decoding); transformers' module also keeps grown
+    frequencies for a later, shorter call that still reaches past ``max``, which a call
+    here does not remember."""
+
+    factor: float = 1.0
+    max_position_embeddings: int = 2048
+
+    def tables(self, positions: jax.Array, dim: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
+        positions = jnp.asarray(positions)
+        longest = jnp.max(positions, initial=0) + 1
+        top = float(self.max_position_embeddings)
+        length = jnp.maximum(longest, self.max_position_embeddings).astype(jnp.float32)
+        base = self.theta * ((self.factor * length / top) - (self.factor - 1)) ** (dim / (dim - 2))
+        inv = 1.0 / (base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+        return self.tables_at(inv, positions, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
 class LlamaConfig(Config):
     """``transformers.LlamaConfig``'s fields and defaults (the ones the model uses).
 
     RoPE comes from transformers v5's ``rope_parameters`` (``{"rope_type": "default" |
-    "llama3", "rope_theta": ..., ...}``) or, as v4 wrote it, ``rope_theta`` and
+    "linear" | "dynamic" | "llama3", "rope_theta": ..., ...}``) or, as v4 wrote it, ``rope_theta`` and
     ``rope_scaling``.
     """
 
@@ -128,6 +166,14 @@ class LlamaConfig(Config):
             )
         self.rope()  # validates the rope settings
 
+    def to_dict(self) -> dict[str, Any]:
+        """The ``config.json`` dict; an unset ``head_dim`` is left out, as transformers
+        writes it (its Qwen2 attention takes a ``head_dim`` of ``null`` as given)."""
+        out = super().to_dict()
+        if out.get("head_dim") is None:
+            out.pop("head_dim", None)
+        return out
+
     @property
     def kv_heads(self) -> int:
         return self.num_key_value_heads or self.num_attention_heads
@@ -153,8 +199,17 @@ class LlamaConfig(Config):
                 high_freq_factor=float(params["high_freq_factor"]),
                 original_max_position_embeddings=int(params["original_max_position_embeddings"]),
             )
+        if kind == "linear":
+            return LinearRotaryEmbedding(theta, factor=float(params["factor"]))
+        if kind == "dynamic":
+            return DynamicNTKRotaryEmbedding(
+                theta,
+                factor=float(params["factor"]),
+                max_position_embeddings=int(self.max_position_embeddings),
+            )
         raise ValueError(
-            f"{type(self).__name__}: rope_type must be 'default' or 'llama3', got {kind!r}"
+            f"{type(self).__name__}: rope_type must be 'default', 'linear', 'dynamic' or "
+            f"'llama3', got {kind!r}"
         )
 
     @property

@@ -332,6 +332,56 @@ def test_hugging_face_folders_both_ways(torch, transformers, tmp_path):
     assert {a.dtype for a in jax.tree.leaves(kept)} == {jnp.dtype(jnp.bfloat16)}
 
 
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2"])
+def test_a_model_built_here_without_head_dim_saves_a_folder_transformers_loads(
+    torch, transformers, kind, tmp_path
+):
+    """A config written without ``head_dim`` (``hidden_size // num_attention_heads``)
+    leaves it out of config.json, as transformers does: its Qwen2 takes a ``null``
+    literally. The folder loads in transformers with our logits."""
+    cls = {
+        "llama": llama.LlamaForCausalLM,
+        "mistral": llama.MistralForCausalLM,
+        "qwen2": llama.Qwen2ForCausalLM,
+    }[kind]
+    config = cls.config_class(**{k: v for k, v in TINY_LLAMA.items() if k != "head_dim"})
+    model = cls(config)
+    params = model.init(jax.random.key(0), (1, 4))
+    params = jax.tree.map(
+        lambda a: jax.random.normal(jax.random.key(a.size), a.shape) * 0.5, params
+    )
+    M.save_pretrained(tmp_path, model, params)
+    assert "head_dim" not in json.loads((tmp_path / "config.json").read_text())
+    assert M.from_pretrained(tmp_path)[0] == model
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids, _ = _batch()
+    want = hf(torch.tensor(ids[:1])).logits.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.apply(params, ids[:1])), want, atol=2e-5)
+
+
+def test_a_tied_state_dict_loads_without_the_model(torch, transformers):
+    """torch's ``state_dict()`` of a tied GPT-2 lists one tensor under ``lm_head.weight``
+    and ``transformer.wte.weight``: it loads by name with no ``model=``. Separate copies
+    under the two names (a file's) need the model to say they are tied."""
+    hf = _reference(torch, transformers, "gpt2")
+    model, _ = _ours(hf)
+    template = model.init(jax.random.key(0), (1, 1))
+    state = hf.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["transformer.wte.weight"].data_ptr()
+    params = pl.params.load_state_dict(template, state)
+    assert "lm_head.weight" not in pl.params.flatten(params)
+    ids, _ = _batch()
+    want = hf(torch.tensor(ids)).logits.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, atol=2e-5)
+    numpy_views = {k: v.numpy() for k, v in state.items()}
+    pl.params.load_state_dict(template, numpy_views)  # views of one memory too
+    copies = {k: v.clone() for k, v in state.items()}
+    with pytest.raises(KeyError, match=r"unexpected keys: \['lm_head\.weight'\]"):
+        pl.params.load_state_dict(template, copies)
+    again = pl.params.load_state_dict(template, copies, model=model)
+    np.testing.assert_allclose(np.asarray(model.apply(again, ids)), want, atol=2e-5)
+
+
 def test_gpt2_from_a_base_model_file_with_its_buffers(torch, transformers, tmp_path):
     """A GPT-2 folder as the hub's gpt2 is: names without ``transformer.`` and the old
     ``attn.bias``/``attn.masked_bias`` buffers. It loads, with the head tied."""
@@ -349,6 +399,28 @@ def test_gpt2_from_a_base_model_file_with_its_buffers(torch, transformers, tmp_p
     ids, _ = _batch()
     want = hf(torch.tensor(ids)).logits.detach().numpy()
     np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["linear", "dynamic"])
+def test_linear_and_dynamic_rope_scaling_equal_transformers(torch, transformers, kind):
+    """``rope_type`` ``linear`` (frequencies / factor) and ``dynamic`` (NTK: the base
+    grows once a call's positions reach past ``max_position_embeddings``, here 8): the
+    logits of 20 tokens, and greedy decoding from 6 prompt tokens to 20, past the
+    limit, equal transformers' (whose dynamic module grows its frequencies as the
+    sequence does)."""
+    rope = {"rope_type": kind, "factor": 2.5, "rope_theta": 1000.0}
+    hf = _reference(torch, transformers, "llama", rope_parameters=rope, max_position_embeddings=8)
+    model, params = _ours(hf)
+    assert model.config.rope().factor == 2.5
+    ids = np.random.default_rng(3).integers(6, VOCAB, (2, 20))
+    want = hf(torch.tensor(ids)).logits.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, atol=2e-5)
+    prompt = ids[:, :6]
+    want = hf.generate(
+        torch.tensor(prompt), max_new_tokens=14, do_sample=False, pad_token_id=0
+    ).numpy()
+    got = M.generate(model, params, prompt, max_new_tokens=14, pad_token_id=0)
+    np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_configs_round_trip_and_unknown_models_are_named(transformers, tmp_path):
