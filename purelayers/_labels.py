@@ -231,9 +231,11 @@ def mask(params: Any, *patterns: str) -> Any:
     matches any of ``patterns`` (the module docstring gives the syntax).
 
     For ``optax.masked`` (which applies its transform where the mask is ``True`` and
-    passes the other updates through unchanged) and ``optax.adamw(..., mask=)``. Every
-    pattern must match some name: a misspelt pattern that silently froze or decayed
-    nothing is the bug this catches.
+    passes the other updates through unchanged) and ``optax.adamw(..., mask=)``. Some
+    pattern must match some name: a misspelt mask that silently froze or decayed nothing
+    is the bug this catches. Patterns that match nothing beside one that does are fine,
+    as rules are in ``label`` (``mask(params, "*.bias", "*norm*")`` on a model without
+    norms).
 
     Args:
       params: a params tree, as for ``label``.
@@ -243,8 +245,8 @@ def mask(params: Any, *patterns: str) -> Any:
       the tree of bools, the same pytree structure as ``params``, in its dict order.
 
     Raises:
-      ValueError: no patterns, an invalid pattern, a pattern that matches no name of
-        ``params`` (all of them are listed), or a pattern that matches some blocks of a
+      ValueError: no patterns, an invalid pattern, patterns of which none matches a name
+        of ``params`` (all of them are listed), or a pattern that matches some blocks of a
         ``Repeat`` and not the others (a stacked array is one leaf).
 
     Example:
@@ -277,12 +279,11 @@ def mask(params: Any, *patterns: str) -> Any:
         return bool(hits)
 
     bits, _ = _by_name(params, any_match, "mask", "mask bit", False)
-    unused = [p for p in patterns if p not in used]
-    if unused:
+    if not used:
         names = _names(params)
         hint = f"names look like {_listing(names)}" if names else "params has no arrays"
         raise ValueError(
-            f"mask: {len(unused)} pattern(s) match no name of params: {unused}\n"
+            f"mask: no pattern matches a name of params: {list(patterns)}\n"
             f"  {hint}; a pattern matches the whole dotted name (see pl.params.flatten), "
             "and * matches dots too"
         )

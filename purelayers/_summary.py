@@ -6,9 +6,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from purelayers._tree import merge
+from purelayers._tree import Stacked, merge
 from purelayers.params import _aliases, _in_model_order, _specs
 
 __all__ = ["summary"]
@@ -44,8 +45,20 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
       -------------------------------------------
       total: 40 trainable parameters in 2 arrays (160 B)
     """
-    if params is None and isinstance(model, Mapping):
+    if params is None and isinstance(model, (Mapping, Stacked)):
         model, params = None, model
+    if params is None and state is None:
+        raise ValueError(
+            "summary: give the params to list: summary(params), or summary(model, params, "
+            f"state) for the model's order; got {type(model).__name__} alone"
+        )
+    for what, tree in (("params", params), ("state", state)):
+        bad = [leaf for leaf in jax.tree.leaves(tree) if not hasattr(leaf, "shape")]
+        if bad:
+            raise ValueError(
+                f"summary: {what} must be a tree of arrays (model.init's result), got a leaf "
+                f"{bad[0]!r} in {type(tree).__name__} {tree!r:.80}"
+            )
     kinds = {name: "trainable" for name in _specs(params or {})}
     kinds.update({name: "buffer" for name in _specs(state or {})})
     flat = _specs(merge(params or {}, state or {}))

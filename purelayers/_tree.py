@@ -50,8 +50,10 @@ class BlockKey:
 class Stacked:
     """``n`` blocks' trees stored as one tree of arrays with a leading axis ``n``.
 
-    ``Stacked(tree, n)[i]`` is block ``i``'s tree (slices). ``Repeat`` builds and reads
-    these; users meet them only as the node under a ``Repeat``'s name.
+    ``Stacked(tree, n)[i]`` is block ``i``'s tree (slices); ``Stacked(tree, n)["weight"]``
+    is the stacked array (leading axis ``n``), and ``keys()``, ``items()``, ``in`` and
+    iteration read the stacked entries, as a dict of params reads. ``Repeat`` builds and
+    reads these; users meet them as the node under a ``Repeat``'s name.
 
     Example:
       >>> s = Stacked({"weight": jnp.zeros((3, 4, 2))}, 3)
@@ -75,10 +77,33 @@ class Stacked:
     def tree_unflatten(cls, n: int, children: list[Any]) -> Stacked:
         return cls(children[0], n)
 
-    def __getitem__(self, i: int) -> Any:
+    def __getitem__(self, i: int | str) -> Any:
+        if isinstance(i, str):  # the stacked entry: ``params["weight"]`` is ``[n, ...]``
+            if not isinstance(self.tree, Mapping) or i not in self.tree:
+                raise KeyError(i)
+            return self.tree[i]
         if not -self.n <= i < self.n:
             raise IndexError(f"Stacked: block {i} of {self.n}")
         return jax.tree.map(lambda a: take_block(a, (i % self.n,)), self.tree)
+
+    # read as the mapping of its stacked entries, as a dict of params is read
+    def keys(self) -> Any:
+        return self.tree.keys()
+
+    def values(self) -> Any:
+        return self.tree.values()
+
+    def items(self) -> Any:
+        return self.tree.items()
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(self.tree, Mapping) and name in self.tree
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tree)
+
+    def __len__(self) -> int:
+        return len(self.tree)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Stacked) or other.n != self.n:

@@ -516,9 +516,20 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("pool-empty-axis", lambda: run(L.MaxPool2d(2), (2, 3, 0, 8)), LayerError,
      r"^MaxPool2d: input axis 2 length expected at least 1 \(only the batch axis may be empty, "
      r"as in torch\), got 0 \(x\.shape == \(2, 3, 0, 8\)\)$"),
-    ("initializer-not-callable", lambda: L.Linear(6, weight_init="xavier_uniform"), TypeError,
+    ("initializer-not-callable", lambda: L.Linear(6, weight_init="xavier_uniform"), ValueError,
      r"^Linear: weight_init must be an initializer fn\(key, shape, dtype\) or None, got "
      r"'xavier_uniform' \(for example pl\.init\.xavier_uniform\(\)\)$"),
+    ("summary-model-alone", lambda: pl.params.summary(L.Linear(3)), ValueError,
+     r"^summary: give the params to list: summary\(params\), or summary\(model, params, "
+     r"state\) for the model's order; got Linear alone$"),
+    ("summary-not-arrays", lambda: pl.params.summary(L.Linear(3), (2, 3)), ValueError,
+     r"^summary: params must be a tree of arrays \(model\.init's result\), got a leaf 2 in "
+     r"tuple \(2, 3\)$"),
+    ("stacked-no-entry", lambda: L.Repeat(L.Linear(2), 2).init(KEY, (1, 2))["scale"], KeyError,
+     r"scale"),
+    ("initializer-factory-uncalled", lambda: L.Linear(6, bias_init=pl.init.zeros), ValueError,
+     r"^Linear: bias_init must be an initializer fn\(key, shape, dtype\) or None, got the "
+     r"factory pl\.init\.zeros itself \(call it: pl\.init\.zeros\(\)\)$"),
     ("attention-embed-0", lambda: L.MultiHeadAttention(2).init(KEY, (2, 5, 0)), LayerError,
      r"^MultiHeadAttention: input last axis \(embed_dim\) expected at least 1 \(torch's "
      r"attention refuses embed_dim 0\), got 0 \(shape \(2, 5, 0\)\)$"),
@@ -976,7 +987,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("llama-config-width", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_size=100), ValueError,
      r"^LlamaConfig: hidden_size=100 must be divisible by num_attention_heads=32 when head_dim is not given$"),
     ("llama-config-rope", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(rope_parameters={"rope_type": "yarn", "factor": 4.0}), ValueError,
-     r"^LlamaConfig: rope_type must be 'default' or 'llama3', got 'yarn'$"),
+     r"^LlamaConfig: rope_type must be 'default', 'linear', 'dynamic' or 'llama3', got 'yarn'$"),
     ("qwen2-sliding", lambda: __import__("purelayers.models", fromlist=["x"]).Qwen2Config(use_sliding_window=True), ValueError,
      r"^Qwen2Config: use_sliding_window=True is not supported$"),
     ("lm-logits-to-keep", lambda: jax.eval_shape(

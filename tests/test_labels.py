@@ -326,9 +326,15 @@ def test_bad_mask_patterns_raise_naming_them():
         pl.params.mask(params, 3)
     with pytest.raises(
         ValueError,
-        match=r"mask: 2 pattern\(s\) match no name of params: \['\*\.bais', 'bias'\]\n"
+        match=r"mask: no pattern matches a name of params: \['\*\.bais', 'bias'\]\n"
         r"  names look like blocks\.0\.attn\.out\.bias, ",
     ):
-        pl.params.mask(params, "*.bais", "*.weight", "bias")  # a root "bias" is not "x.bias"
-    with pytest.raises(ValueError, match=r"match no name of params: \['\*'\]\n  params has no"):
+        pl.params.mask(params, "*.bais", "bias")  # a root "bias" is not "x.bias"
+    with pytest.raises(
+        ValueError, match=r"no pattern matches a name of params: \['\*'\]\n  params has no"
+    ):
         pl.params.mask({}, "*")
+    # beside a pattern that matches, one that matches nothing is fine, as in ``label``
+    both = pl.params.mask(params, "*.bais", "*.bias")
+    assert both == pl.params.mask(params, "*.bias")
+    assert any(jax.tree.leaves(both)) and not all(jax.tree.leaves(both))

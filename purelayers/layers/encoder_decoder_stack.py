@@ -286,7 +286,8 @@ class Transformer(Layer):
             xavier(jax.random.fold_in(key, 2 + i), a.shape, a.dtype) if a.ndim > 1 else a
             for i, a in enumerate(flat)
         ]
-        return jax.tree.unflatten(tree, flat)
+        # the flattening sorted the keys: back to torch's registration order
+        return self.ordered(jax.tree.unflatten(tree, flat))
 
     def apply(
         self,

@@ -171,6 +171,8 @@ def test_transformer_matches_torch_with_each_mask(torch, batch_first, norm_first
     src = _rand(rng, n, s, E) if batch_first else _rand(rng, s, n, E)
     tgt = _rand(rng, n, t, E) if batch_first else _rand(rng, t, n, E)
     params = _load(ours, module, (src.shape, tgt.shape))
+    fresh = ours.init(jax.random.key(0), (src.shape, tgt.shape))
+    assert list(pl.params.flatten(fresh)) == list(module.state_dict())  # torch's order
     ms, mt = _masks(rng, n, s), _masks(rng, n, t)
     memory_mask = _rand(rng, t, s)
     calls = {
