@@ -230,8 +230,8 @@ def _shared(flat: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, str]
     the very array (or a view of the same memory) held under a template name: a tied
     parameter, which torch's ``state_dict()`` lists under both its names."""
     extra = [k for k in flat if k not in names]
-    if not extra:
-        return {}
+    if not extra or not isinstance(flat, dict):
+        return {}  # a dict holds its values, so an id names one live array
     held: dict[Any, str] = {}
     for k in names:
         if k in flat:
