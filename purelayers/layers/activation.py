@@ -16,6 +16,8 @@ ones (``SwiGLU``, ``GLU``), which halve an axis.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -139,8 +141,49 @@ def gelu(x: jax.Array, approximate: str = "none") -> jax.Array:
     """``x * Phi(x)``: the exact erf form by default, ``approximate="tanh"`` for the tanh form.
 
     Note ``jax.nn.gelu`` defaults to the tanh form; torch (and this) to the exact one.
+
+    The value is ``jax.nn.gelu``'s; the derivative is written out as torch's GELU
+    backward computes it (``_gelu_slope``), so a training step keeps one array for it
+    (the slope, or the input XLA recomputes it from), where JAX's derivative of the
+    formula keeps the input and the ``tanh`` (or ``erf``) beside it. The benchmark transformer's training step (its
+    MLPs' ``[16, 128, 1024]`` activations; 2-core Intel Xeon, in-process, alternating
+    rounds): tanh form temporaries 235.2 -> 203.2 MiB and the step 295.7 -> 285.7 ms (15
+    rounds), exact form 267.2 -> 203.2 MiB and 322.5 -> 298.9 ms (9 rounds); XLA:CPU
+    maps and first-touches a step's temporaries afresh on every call, so memory not
+    kept is time saved. (``silu``'s derivative written out the same way left a Llama
+    MLP's training step as it was, 251.0 MiB and 479 ms: XLA keeps the same arrays
+    either way.)
     """
-    return jax.nn.gelu(x, approximate=approximate == "tanh")
+    return _gelu(x, approximate == "tanh")
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _gelu(x: jax.Array, tanh_form: bool) -> jax.Array:
+    return jax.nn.gelu(x, approximate=tanh_form)
+
+
+@_gelu.defjvp
+def _gelu_jvp(tanh_form: bool, primals: tuple, tangents: tuple):
+    (x,), (dx,) = primals, tangents
+    return _gelu(x, tanh_form), _gelu_slope(x, tanh_form) * dx
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_TANH_CUBIC = 0.044715
+
+
+def _gelu_slope(x: jax.Array, tanh_form: bool) -> jax.Array:
+    """``d gelu / dx``, in torch's order of operations (``GeluBackward``): the tanh form
+    ``0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 c x^2)`` with ``t`` the tanh of
+    ``sqrt(2/pi) (x + c x^3)``, ``c = 0.044715``; the exact form ``Phi(x) + x phi(x)``."""
+    if tanh_form:
+        x2 = x * x
+        t = jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_TANH_CUBIC * x2 * x))
+        inner = _SQRT_2_OVER_PI * (1 + 3 * _GELU_TANH_CUBIC * x2)
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * inner
+    cdf = 0.5 * (1 + jax.lax.erf(x * (1 / math.sqrt(2.0))))
+    pdf = jnp.exp(-0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
+    return cdf + x * pdf
 
 
 def silu(x: jax.Array) -> jax.Array:

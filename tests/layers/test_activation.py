@@ -264,3 +264,33 @@ def test_hardsigmoid_is_one_class_and_glu_halves_its_dim():
     assert L.Softmin() != L.Softmin(1) and hash(L.Threshold(0.1, 2.0)) == hash(
         L.Threshold(0.1, 2.0)
     )
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_derivative_is_torchs_and_keeps_one_array(torch, approximate):
+    """GELU's written-out derivative: float64 gradients equal torch's GELU backward over
+    [-10, 10] (kinks of nothing, but both tails and 0), second derivatives and forward
+    mode equal JAX's derivative of the formula itself, and the backward pass keeps one
+    array of the input's shape, where JAX's derivative of ``jax.nn.gelu`` keeps three or
+    more (the memory a training step saves per activation)."""
+    from purelayers.layers.activation import gelu
+
+    def formula(v):
+        return jax.nn.gelu(v, approximate=approximate == "tanh")
+
+    with jax.enable_x64(True):
+        x = jnp.linspace(-10.0, 10.0, 2001, dtype=jnp.float64)
+        ours = jax.vmap(jax.grad(lambda v: gelu(v, approximate)))(x)
+        xt = torch.tensor(np.asarray(x), requires_grad=True)
+        torch.nn.functional.gelu(xt, approximate=approximate).sum().backward()
+        np.testing.assert_allclose(ours, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
+        second = jax.vmap(jax.grad(jax.grad(lambda v: gelu(v, approximate))))(x)
+        np.testing.assert_allclose(second, jax.vmap(jax.grad(jax.grad(formula)))(x), atol=1e-12)
+        forward = jax.vmap(jax.jacfwd(lambda v: gelu(v, approximate)))(x)
+        np.testing.assert_allclose(forward, ours, rtol=0, atol=0)
+
+    x = jnp.ones((4, 5), jnp.float32)
+    kept = [leaf.shape for leaf in jax.tree.leaves(jax.vjp(lambda v: gelu(v, approximate), x)[1])]
+    theirs = [leaf.shape for leaf in jax.tree.leaves(jax.vjp(formula, x)[1])]
+    assert kept.count(x.shape) == 1, kept
+    assert theirs.count(x.shape) >= 3, theirs
