@@ -215,6 +215,10 @@ def merge(params: Any, state: Any = None) -> Any:
 
     At every level a module's parameters come first, then its buffers, then its
     children, as in PyTorch's ``state_dict()``. Stacked blocks merge block-wise.
+    Numbered children (a ``Sequential``'s) come in index order, so a child with buffers
+    and no parameters (``BatchNorm1d(affine=False)``) takes its place among them; named
+    children come in ``params``' order, then those only ``state`` has
+    (``model.ordered(merge(params, state))`` restores a model's own order).
     """
     if not state:
         return dict(params) if isinstance(params, Mapping) else params
@@ -233,7 +237,10 @@ def merge(params: Any, state: Any = None) -> Any:
                 if k in out:
                     raise ValueError(f"merge: {k!r} is both a parameter and a buffer")
                 out[k] = v
-    for k in [*params, *(k for k in state if k not in params)]:
+    children = [*params, *(k for k in state if k not in params)]
+    if all(k.isdecimal() for k in children):  # numbered children: torch's index order
+        children.sort(key=int)
+    for k in children:
         p, s = params.get(k), state.get(k)
         if _is_group(p) or _is_group(s):
             out[k] = merge(p or {}, s or {})

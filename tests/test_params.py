@@ -25,6 +25,30 @@ def test_flatten_unflatten_roundtrip():
         pl.params.unflatten({"a": 1, "a.b": 2})
 
 
+def test_merge_places_a_buffer_only_child_at_its_index(torch):
+    """A ``Sequential`` child with buffers and no parameters (``BatchNorm1d(affine=False)``
+    at index 1) lists between children 0 and 3, as torch's ``state_dict()``, without a
+    model to order by; named children keep ``params``' order."""
+    nn = torch.nn
+    model = L.Sequential(
+        L.Linear(4), L.BatchNorm1d(affine=False), L.ReLU(), L.Linear(3), L.BatchNorm1d()
+    )
+    params, state = model.init(jax.random.key(0), (2, 5)), model.init_state((2, 5))
+    twin = nn.Sequential(
+        nn.Linear(5, 4),
+        nn.BatchNorm1d(4, affine=False),
+        nn.ReLU(),
+        nn.Linear(4, 3),
+        nn.BatchNorm1d(3),
+    )
+    assert list(pl.params.flatten(pl.params.merge(params, state))) == list(twin.state_dict())
+    one, zero = jnp.ones(1), jnp.zeros(1)
+    merged = pl.params.merge(
+        {"b": {"w": one}, "a": {"w": one}}, {"c": {"m": zero}, "a": {"m": zero}}
+    )
+    assert list(pl.params.flatten(merged)) == ["b.w", "a.w", "a.m", "c.m"]
+
+
 def test_count():
     """Linear(3 -> 4): 12 + 4; Linear(4 -> 2): 8 + 2; total 26."""
     assert pl.params.count(model().init(jax.random.key(0), (1, 3))) == 26
