@@ -93,6 +93,7 @@ class Layer:
             cls.__post_init__ = _checking_initializers(post)
 
     def __post_init__(self):
+        _check_flags(self)
         _check_initializers(self)
 
     # The input dtypes the layer computes on ("floating", "integer", "bool"); another
@@ -328,12 +329,26 @@ def _check_initializers(layer: Layer) -> None:
             )
 
 
+def _check_flags(layer: Layer) -> None:
+    """Every field declared ``bool`` holds ``True`` or ``False``: a string
+    such as ``"False"`` or a number would be read by its truth value, silently."""
+    for f in dataclasses.fields(layer):
+        if f.type not in ("bool", bool):
+            continue
+        value = getattr(layer, f.name, None)
+        if not isinstance(value, bool):
+            raise ConfigTypeError(
+                f"{type(layer).__name__}: {f.name} must be True or False, got {value!r}"
+            )
+
+
 def _checking_initializers(post: Callable[..., Any]) -> Callable[..., Any]:
-    """A class's own ``__post_init__``, then the initializer check."""
+    """A class's own ``__post_init__``, then the flag and initializer checks."""
 
     @functools.wraps(post)
     def __post_init__(self: Layer) -> None:
         post(self)
+        _check_flags(self)
         _check_initializers(self)
 
     __post_init__.unchecked = post  # type: ignore[attr-defined]

@@ -431,15 +431,7 @@ class _AdaptivePoolNd(Layer):
 class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
     _mode: ClassVar[str] = "max"
 
-    return_indices: bool = False
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not isinstance(self.return_indices, bool):
-            raise ValueError(
-                f"{type(self).__name__}: return_indices must be True or False, got "
-                f"{self.return_indices!r}"
-            )
+    return_indices: bool = False  # checked with every bool field (``Layer``)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         if not self.return_indices:

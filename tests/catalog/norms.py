@@ -117,6 +117,10 @@ ERRORS = [
     ("norms-channel-dropout-rank", lambda: _run(L.Dropout1d(), (3,), state=False), LayerError,
      r"^Dropout1d: input rank expected 2 or 3 \(N, C, L\) or \(C, L\), got 1 "
      r"\(x\.shape == \(3,\)\)$"),
+    ("norms-flag-not-a-bool", lambda: L.LayerNorm(elementwise_affine="False"), ValueError,
+     r"^LayerNorm: elementwise_affine must be True or False, got 'False'$"),
+    ("norms-batchnorm-flag-not-a-bool", lambda: L.BatchNorm1d(track_running_stats=0),
+     ValueError, r"^BatchNorm1d: track_running_stats must be True or False, got 0$"),
     ("norms-feature-alpha-dropout-rank",
      lambda: _run(L.FeatureAlphaDropout(), (3,), train=True, state=False, key=KEY), LayerError,
      r"^FeatureAlphaDropout: input rank \(train=True drops whole channels of \(N, C, \*\)\) "

@@ -204,6 +204,32 @@ def test_an_initializer_of_the_wrong_type_is_a_value_and_a_type_error():
         assert isinstance(err.value, TypeError)
 
 
+def test_every_bool_field_takes_only_true_or_false():
+    """A field declared ``bool`` refuses a string or a number at construction (``"False"``
+    would be true), in the library's layers and in a user's subclass alike; the error is
+    a ``ValueError`` (for a field no layer checks itself, also a ``TypeError``)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Gate(L.Layer):
+        open: bool = True
+
+        def apply(self, params, x, *, key=None, train=False):
+            return x if self.open else jnp.zeros_like(x)
+
+    cases = [
+        (lambda: L.MultiHeadAttention(2, causal="yes"), "MultiHeadAttention: causal"),
+        (lambda: L.TransformerEncoderLayer(4, norm_first=1), "TransformerEncoderLayer: norm_first"),
+        (lambda: L.Embedding(3, 2, scale_grad_by_freq=None), "Embedding: scale_grad_by_freq"),
+        (lambda: Gate(open="False"), "Gate: open"),
+    ]
+    for make, where in cases:
+        with pytest.raises(ValueError, match=f"^{where} must be True or False, got "):
+            make()
+    with pytest.raises(TypeError, match=r"^Gate: open must be True or False, got 'False'$"):
+        Gate(open="False")
+    assert Gate(open=False).apply({}, jnp.ones(2)).tolist() == [0.0, 0.0]
+
+
 def test_ordered_restores_torch_order_after_jit():
     model = L.Sequential(*[L.Linear(2) for _ in range(12)])
     params = model.init(jax.random.key(0), (1, 2))
