@@ -277,6 +277,8 @@ class ReLU(_Activation):
 
     accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def function(self, x):
         return relu(x)
 
@@ -284,10 +286,13 @@ class ReLU(_Activation):
 @dataclasses.dataclass(frozen=True)
 class ReLU6(_Activation):
     """``min(max(x, 0), 6)``, MobileNet's activation; gradient 0 at both kinks. Integer
-    inputs stay integers. torch's ``inplace`` is not accepted (``apply`` is pure).
+    inputs stay integers. torch's ``inplace`` is accepted and changes nothing
+    (``apply`` is pure).
     Matches ``torch.nn.ReLU6``."""
 
     accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def function(self, x):
         return relu6(x)
@@ -300,6 +305,8 @@ class LeakyReLU(_Activation):
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     negative_slope: float = 0.01
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def __post_init__(self):
         check_float("LeakyReLU", "negative_slope", self.negative_slope)
@@ -316,6 +323,8 @@ class ELU(_Activation):
 
     alpha: float = 1.0
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def __post_init__(self):
         check_float("ELU", "alpha", self.alpha)
 
@@ -329,6 +338,8 @@ class SELU(_Activation):
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def function(self, x):
         return selu(x)
 
@@ -337,8 +348,8 @@ class SELU(_Activation):
 class CELU(_Activation):
     r"""Continuously differentiable ELU: ``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``.
 
-    The gradient at 0 is 1 from both sides, as torch's. torch's ``inplace`` is not
-    accepted (``apply`` is pure).
+    The gradient at 0 is 1 from both sides, as torch's. torch's ``inplace`` is accepted
+    and changes nothing (``apply`` is pure).
 
     Args:
       alpha: the negative branch's scale, nonzero. Default ``1.0``.
@@ -356,6 +367,8 @@ class CELU(_Activation):
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
     alpha: float = 1.0
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def __post_init__(self):
         check_float("CELU", "alpha", self.alpha)
@@ -386,6 +399,8 @@ class SiLU(_Activation):
     """``x * sigmoid(x)`` (swish). Matches ``torch.nn.SiLU``."""
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def function(self, x):
         return silu(x)
@@ -504,7 +519,8 @@ class Softsign(_Activation):
 
 @dataclasses.dataclass(frozen=True)
 class Mish(_Activation):
-    r"""``x * tanh(softplus(x))``. torch's ``inplace`` is not accepted (``apply`` is pure).
+    r"""``x * tanh(softplus(x))``. torch's ``inplace`` is accepted and changes nothing
+    (``apply`` is pure).
 
     Shape:
       any floating-point input; output the same shape and dtype.
@@ -517,6 +533,8 @@ class Mish(_Activation):
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def function(self, x):
         return mish(x)
@@ -545,10 +563,12 @@ class LogSigmoid(_Activation):
 @dataclasses.dataclass(frozen=True)
 class HardSigmoid(_Activation):
     """``relu6(x + 3) / 6``; gradient 0 at -3 and 3. Also spelled ``Hardsigmoid``, as
-    torch does (one class, two names). torch's ``inplace`` is not accepted (``apply``
-    is pure). Matches ``torch.nn.Hardsigmoid``."""
+    torch does (one class, two names). torch's ``inplace`` is accepted and changes
+    nothing (``apply`` is pure). Matches ``torch.nn.Hardsigmoid``."""
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def function(self, x):
         return hard_sigmoid(x)

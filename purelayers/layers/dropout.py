@@ -80,6 +80,8 @@ class Dropout(Layer):
 
     p: float = 0.5
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def __post_init__(self):
         _check_p("Dropout", self.p)
 
@@ -98,6 +100,8 @@ class _ChannelDropout(Layer):
     _layout: ClassVar[str] = ""
 
     p: float = 0.5
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def __post_init__(self):
         _check_p(type(self).__name__, self.p)
@@ -203,6 +207,8 @@ class AlphaDropout(Layer):
     _feature: ClassVar[bool] = False
 
     p: float = 0.5
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def __post_init__(self):
         _check_p(type(self).__name__, self.p)

@@ -110,8 +110,8 @@ class Hardtanh(_Activation):
 
     The gradient is 1 strictly inside the interval and 0 at both bounds and outside, as
     torch's. Integer inputs stay integers, the bounds truncated towards zero. torch's
-    ``inplace`` is not accepted (``apply`` is pure), nor its deprecated ``min_value`` /
-    ``max_value`` spellings.
+    ``inplace`` is accepted and changes nothing (``apply`` is pure); its deprecated
+    ``min_value`` / ``max_value`` spellings are not.
 
     Args:
       min_val: the lower bound. Default ``-1.0``.
@@ -132,6 +132,8 @@ class Hardtanh(_Activation):
     min_val: float = -1.0
     max_val: float = 1.0
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def __post_init__(self):
         check_float("Hardtanh", "min_val", self.min_val)
         check_float("Hardtanh", "max_val", self.max_val)
@@ -150,7 +152,7 @@ class Hardswish(_Activation):
 
     0 at and below -3, ``x`` at and above 3, ``x (x + 3) / 6`` between; the gradient
     is torch's at the kinks: 0 at ``x = -3``, 1 at ``x = 3``. torch's ``inplace`` is
-    not accepted (``apply`` is pure).
+    accepted and changes nothing (``apply`` is pure).
 
     Shape:
       any floating-point input; output the same shape and dtype.
@@ -164,6 +166,8 @@ class Hardswish(_Activation):
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def function(self, x):
         return hardswish(x)
 
@@ -174,7 +178,7 @@ class Threshold(_Activation):
 
     At ``x == threshold`` the output is ``value`` and the gradient 0, as torch's.
     Integer inputs stay integers, ``threshold`` and ``value`` truncated towards zero.
-    torch's ``inplace`` is not accepted (``apply`` is pure).
+    torch's ``inplace`` is accepted and changes nothing (``apply`` is pure).
 
     Args:
       threshold: the value to threshold at (required, as in torch).
@@ -195,6 +199,8 @@ class Threshold(_Activation):
     threshold: float
     value: float
 
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
+
     def __post_init__(self):
         check_float("Threshold", "threshold", self.threshold)
         check_float("Threshold", "value", self.value)
@@ -210,8 +216,8 @@ class RReLU(_Activation):
     In training (``train=True``) each entry draws its own slope ``a ~ U(lower, upper)``
     from ``key`` (required: a ``LayerError`` says so when it is missing, as
     ``Dropout``'s); in eval mode ``a = (lower + upper) / 2`` everywhere. The gradient is
-    the slope used, also at ``x = 0``. torch's ``inplace`` is not accepted (``apply``
-    is pure).
+    the slope used, also at ``x = 0``. torch's ``inplace`` is accepted and changes
+    nothing (``apply`` is pure).
 
     Args:
       lower: the smallest slope. Default ``1/8``.
@@ -232,6 +238,8 @@ class RReLU(_Activation):
 
     lower: float = 1.0 / 8
     upper: float = 1.0 / 3
+
+    inplace: bool = False  # torch's flag, accepted for its signature: apply is pure
 
     def __post_init__(self):
         check_float("RReLU", "lower", self.lower)

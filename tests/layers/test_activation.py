@@ -5,6 +5,8 @@ by hand, worked examples, every option against torch at its own kinks, integer i
 NaN and infinities, no NaN from unused branches, PReLU at its kink, RReLU's training
 draws, errors."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -294,3 +296,34 @@ def test_gelu_derivative_is_torchs_and_keeps_one_array(torch, approximate):
     theirs = [leaf.shape for leaf in jax.tree.leaves(jax.vjp(formula, x)[1])]
     assert kept.count(x.shape) == 1, kept
     assert theirs.count(x.shape) >= 3, theirs
+
+
+_INPLACE = (
+    "ReLU ReLU6 LeakyReLU ELU CELU SELU Hardtanh Hardswish Hardsigmoid SiLU Mish Threshold "
+    "RReLU Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
+).split()
+
+
+@pytest.mark.parametrize("name", _INPLACE)
+def test_torchs_inplace_flag_is_accepted_where_torch_has_it(torch, name):
+    """Every layer whose torch twin takes ``inplace`` takes it too, in torch's position
+    (after the other arguments, so ``LeakyReLU(0.2, True)`` reads as torch's), and it
+    changes nothing: ``apply`` returns a new array and leaves its input alone, in eval
+    mode and, for the dropouts, in train mode with the same key. A non-bool is refused."""
+    import inspect
+
+    theirs = [p for p in inspect.signature(getattr(torch.nn, name).__init__).parameters]
+    ours = [f.name for f in dataclasses.fields(getattr(L, name))]
+    assert ours == theirs[1 : len(ours) + 1] and "inplace" in ours
+    args = {"Threshold": (0.1, 20.0)}.get(name, ())
+    plain, flagged = getattr(L, name)(*args), getattr(L, name)(*args, inplace=True)
+    shape = {"Dropout1d": (2, 3, 4), "Dropout3d": (2, 3, 4, 5, 2)}.get(name, (2, 3, 4, 5))
+    x = jnp.asarray(np.random.default_rng(0).normal(size=shape), jnp.float32)
+    before = np.asarray(x).copy()
+    key = jax.random.key(0)
+    for train in (False, True):
+        kw = {"train": True, "key": key} if train else {}
+        np.testing.assert_array_equal(flagged.apply({}, x, **kw), plain.apply({}, x, **kw))
+    np.testing.assert_array_equal(x, before)
+    with pytest.raises(ValueError, match=r"^\w+: inplace must be True or False, got 1$"):
+        getattr(L, name)(*args, inplace=1)
