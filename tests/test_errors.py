@@ -407,6 +407,10 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^PReLU: num_parameters must be a positive integer, got 0$"),
     ("prelu-init-value", lambda: L.PReLU(init_value=None), ValueError,
      r"^PReLU: init_value must be a finite number, got None$"),
+    ("prelu-init-torch-name", lambda: L.PReLU(init="0.1"), ValueError,
+     r"^PReLU: init must be a finite number, got '0\.1'$"),
+    ("prelu-init-twice", lambda: L.PReLU(init=0.1, init_value=0.2), ValueError,
+     r"^PReLU: init and init_value name one argument; got init=0\.1 and init_value=0\.2$"),
     ("prelu-channels", lambda: L.PReLU(3).init(KEY, (2, 4, 5)), LayerError,
      r"^PReLU: input channels \(axis 1\) expected 3, got 4\n  x.shape == \(2, 4, 5\); "
      r"PReLU\(num_parameters=3\) learns one slope per channel on axis 1$"),

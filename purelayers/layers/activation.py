@@ -585,15 +585,20 @@ class Exponential(_Activation):
         return exponential(x)
 
 
-@dataclasses.dataclass(frozen=True)
+_UNSET: Any = object()  # an argument not given
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class PReLU(Layer):
     """``x`` if ``x > 0`` else ``weight * x`` with a learned slope. Matches ``torch.nn.PReLU``.
 
     Args:
       num_parameters: 1 (one slope shared by all channels) or the channel count ``C``.
         Default ``1``.
-      init_value: the initial slope (torch's ``init``). Default ``0.25``.
-      weight_init: overrides ``init_value`` with any initializer.
+      init: the initial slope, torch's argument (second, as torch's). Default ``0.25``.
+        Stored as the field ``init_value`` (``init`` is the layer's method), which is
+        also accepted as a keyword.
+      weight_init: overrides the initial slope with any initializer.
 
     Shape:
       input ``(N, C, ...)`` (channels on axis 1, as torch) or any shape when
@@ -609,6 +614,27 @@ class PReLU(Layer):
     init_value: float = 0.25
     _: dataclasses.KW_ONLY
     weight_init: Initializer | None = None
+
+    def __init__(
+        self,
+        num_parameters: int = 1,
+        init: float = 0.25,
+        *,
+        init_value: Any = _UNSET,
+        weight_init: Initializer | None = None,
+    ):
+        if init_value is _UNSET:
+            check_float("PReLU", "init", init)
+            init_value = init
+        elif init != 0.25:
+            raise ValueError(
+                f"PReLU: init and init_value name one argument; got init={init!r} and "
+                f"init_value={init_value!r}"
+            )
+        object.__setattr__(self, "num_parameters", num_parameters)
+        object.__setattr__(self, "init_value", init_value)
+        object.__setattr__(self, "weight_init", weight_init)
+        self.__post_init__()
 
     def __post_init__(self):
         check_int("PReLU", "num_parameters", self.num_parameters)

@@ -62,6 +62,17 @@ def test_prelu_init_and_errors():
         L.PReLU(0)
 
 
+def test_prelu_takes_torchs_init_argument(torch):
+    """``PReLU(num_parameters, init)`` as torch spells it, by keyword or position, starts
+    from torch's weight; ``init_value`` (the field's name) still works and equals it."""
+    ours = L.PReLU(num_parameters=3, init=0.1)
+    assert ours == L.PReLU(3, 0.1) == L.PReLU(3, init_value=0.1)
+    weight = ours.init(jax.random.key(0), (2, 3, 4))["weight"]
+    np.testing.assert_array_equal(
+        weight, torch.nn.PReLU(num_parameters=3, init=0.1).weight.detach()
+    )
+
+
 def test_constructor_errors():
     with pytest.raises(
         ValueError, match="GELU: approximate must be one of 'none', 'tanh', got 'erf'"
