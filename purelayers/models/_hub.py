@@ -91,7 +91,8 @@ def from_pretrained(
     initialized. A file saved from another head of the same base model loads too: the
     base model's prefix (``transformer.``, ``model.``, ``bert.``, ``vit.``) is added or
     dropped as the model's names need, and names outside the model (another head's)
-    are left out, as transformers does.
+    are left out, as transformers does. The params come back in the model's
+    registration order, torch's ``state_dict()`` order.
 
     Args:
       path: the folder.
@@ -143,12 +144,13 @@ def from_pretrained(
     template = _params.fill(real, leaf)
     try:
         if shardings is None:
-            return model, _params.load_state_dict(template, source, model=model)
+            return model, model.ordered(_params.load_state_dict(template, source, model=model))
         from purelayers._sharded_io import load_sharded
 
         tree = shardings(model) if callable(shardings) else shardings
         readable = {k: v if isinstance(v, _io.Tensor) else _InMemory(v) for k, v in source.items()}
-        return model, load_sharded(folder, template, tree, model=model, tensors=readable)
+        loaded = load_sharded(folder, template, tree, model=model, tensors=readable)
+        return model, model.ordered(loaded)
     except (KeyError, ValueError) as e:  # names or shapes that do not fit the config
         raise _io.CheckpointError(
             folder, f"does not fit the {cls.__name__} its config.json describes: {e.args[0]}"

@@ -76,3 +76,6 @@ def test_from_pretrained_onto_shardings(torch, transformers, tmp_path):
         assert isinstance(a.sharding, S.NamedSharding) and a.sharding.mesh == mesh
     for name, a in pl.params.flatten(placed).items():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(pl.params.flatten(plain)[name]))
+    # both come back in torch's order (the transformers model's state_dict, tied head aside)
+    want = [k for k in transformers.GPT2LMHeadModel(config).state_dict() if k != "lm_head.weight"]
+    assert list(pl.params.flatten(plain)) == list(pl.params.flatten(placed)) == want
