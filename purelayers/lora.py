@@ -253,7 +253,8 @@ def merge(lmodel: LoraModel, params: Params) -> tuple[Layer, Params]:
     its names, each target's ``weight`` replaced by ``weight + scaling * B @ A`` (in the
     weight's layout: transposed for a transposed ``Linear``; ``[out, in, *k]`` for a
     convolution; an Embedding's ``(B @ A).T``), computed in at least float32 and cast to
-    the weight's dtype, as PEFT's ``merge_and_unload``. ``params`` is not changed.
+    the weight's dtype, as PEFT's ``merge_and_unload``. ``params`` is not changed; the
+    merged tree lists its names in the model's order (``model.ordered``).
     """
     lmodel = _need_wrapped("lora.merge", lmodel)
 
@@ -265,7 +266,8 @@ def merge(lmodel: LoraModel, params: Params) -> tuple[Layer, Params]:
         ).astype(w.dtype)
         return base
 
-    return lmodel.model, _map_targets(lmodel, params, visit, "lora.merge")
+    model = lmodel.model
+    return model, model.ordered(_map_targets(lmodel, params, visit, "lora.merge"))
 
 
 # -- PEFT's adapter folder ---------------------------------------------------------------

@@ -140,6 +140,10 @@ def test_models_by_their_checkpoint_names():
     )
     assert sorted(values) == ["transformer.h.0.attn", "transformer.h.1.attn", "transformer.ln_f"]
     assert values["transformer.h.1.attn"].shape == (2, 7, 16)
+    # the head tied to the embedding is a sublayer too: its output is the logits
+    logits, values = pl.capture(model.apply, "lm_head")(params, ids)
+    assert model.tied and "lm_head" not in params and list(values) == ["lm_head"]
+    np.testing.assert_array_equal(values["lm_head"], logits)
 
 
 def test_bad_patterns():

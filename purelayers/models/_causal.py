@@ -12,7 +12,6 @@ import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
 from purelayers.layers._checks import ConfigTypeError, as_shape, check_int, need_key
-from purelayers.layers.linear import linear
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 
@@ -197,11 +196,13 @@ class CausalLM(Layer):
             weight = params[self.base_model_prefix]
             for part in self.embedding_name.split("."):
                 weight = weight[part]
-            # h @ weight.T through ``linear``, on the CPU as one [B * T, E] matrix: with
-            # the leading axes contracted apart, XLA:CPU copies the [B, T, V] logits'
-            # gradient transposed for the weight's; [4, 128, 768] against 16384 rows,
-            # log-softmax loss, forward and backward 282 -> 212 ms (2-core AVX-512 CPU)
-            logits = linear({"weight": weight}, h, layer="lm_head")
-        else:
-            logits = self.call("lm_head", params, h)
+            # the head given the embedding as its weight, through ``call`` like an untied
+            # one (so ``capture`` reports it and errors name it). ``Linear`` multiplies on
+            # the CPU as one [B * T, E] matrix: with the leading axes contracted apart,
+            # XLA:CPU copies the [B, T, V] logits' gradient transposed for the weight's;
+            # [4, 128, 768] against 16384 rows, log-softmax loss, forward and backward
+            # 282 -> 212 ms (2-core AVX-512 CPU)
+            head = params.get("lm_head", {}) if isinstance(params, dict) else {}
+            params = {"lm_head": {**head, "weight": weight}}
+        logits = self.call("lm_head", params, h)
         return logits if cache is None else (logits, new_cache)
