@@ -308,8 +308,6 @@ def projected_step(kind: Kind, gi: jax.Array, state: tuple, recurrent: tuple) ->
 
 def check_common(layer: str, obj: Any) -> None:
     check_int(layer, "hidden_size", obj.hidden_size)
-    if not isinstance(obj.bias, bool):
-        raise ValueError(f"{layer}: bias must be True or False, got {obj.bias!r}")
     fb = getattr(obj, "forget_bias", None)
     if fb is not None:
         check_float(layer, "forget_bias", fb)
@@ -540,13 +538,6 @@ class GRUCell(_Cell):
     reset_after: bool = True
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.reset_after, bool):
-            raise ValueError(
-                f"GRUCell: reset_after must be True or False, got {self.reset_after!r}"
-            )
-        super().__post_init__()
 
     @property
     def kind(self) -> Kind:

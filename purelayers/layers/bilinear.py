@@ -62,8 +62,6 @@ class Bilinear(Layer):
 
     def __post_init__(self):
         check_int("Bilinear", "out_features", self.out_features)
-        if not isinstance(self.bias, bool):
-            raise ValueError(f"Bilinear: bias must be True or False, got {self.bias!r}")
 
     def own_names(self) -> tuple[str, ...]:
         return ("weight", "bias") if self.bias else ("weight",)

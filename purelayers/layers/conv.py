@@ -139,8 +139,6 @@ def _check_common(layer: Any) -> None:
             f"{name}: out_channels must be divisible by groups, got out_channels="
             f"{layer.out_channels} and groups={layer.groups}"
         )
-    if not isinstance(layer.bias, bool):
-        raise ValueError(f"{name}: bias must be True or False, got {layer.bias!r}")
 
 
 def _init_params(layer: Any, key: jax.Array, shape: Any, dtype: Any, *, transposed: bool) -> Params:

@@ -213,8 +213,6 @@ class PairwiseDistance(Layer):
         if math.isnan(p):
             raise config_error("PairwiseDistance", "p", "a real number or +-inf", p)
         check_float("PairwiseDistance", "eps", self.eps)
-        if not isinstance(self.keepdim, bool):
-            raise config_error("PairwiseDistance", "keepdim", "True or False", self.keepdim)
 
     @pair_init
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:

@@ -187,8 +187,6 @@ def check_table(layer: Any) -> None:
         or (math.isnan(q))
     ):
         raise config_error(name, "norm_type", "a real number or +-inf", q)
-    if not isinstance(layer.scale_grad_by_freq, bool):
-        raise config_error(name, "scale_grad_by_freq", "True or False", layer.scale_grad_by_freq)
     p, n = layer.padding_idx, layer.num_embeddings
     if p is None:
         return

@@ -113,10 +113,6 @@ class EmbeddingBag(Layer):
                 "False (JAX computes dense gradients; there is no sparse gradient to ask for)",
                 self.sparse,
             )
-        if not isinstance(self.include_last_offset, bool):
-            raise config_error(
-                "EmbeddingBag", "include_last_offset", "True or False", self.include_last_offset
-            )
         if self.mode == "max" and self.scale_grad_by_freq:
             raise ValueError(
                 "EmbeddingBag: mode='max' does not support scale_grad_by_freq=True (as torch: "

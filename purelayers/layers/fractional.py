@@ -104,10 +104,6 @@ class _FractionalMaxPoolNd(Layer):
                     f"got {r!r}"
                 )
             object.__setattr__(self, "output_ratio", tuple(float(v) for v in ratios))
-        if not isinstance(self.return_indices, bool):
-            raise ValueError(
-                f"{name}: return_indices must be True or False, got {self.return_indices!r}"
-            )
 
     def samples(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> jax.Array:
         """The uniform samples ``(N, C, nd)`` this layer draws from ``key`` for an input

@@ -71,9 +71,6 @@ class Linear(Layer):
 
     def __post_init__(self):
         check_int("Linear", "out_features", self.out_features)
-        for arg in ("bias", "transposed"):
-            if not isinstance(getattr(self, arg), bool):
-                raise ValueError(f"Linear: {arg} must be True or False, got {getattr(self, arg)!r}")
 
     def own_names(self) -> tuple[str, ...]:
         return ("weight", "bias") if self.bias else ("weight",)

@@ -276,10 +276,6 @@ class WeightNorm(_Parametrized):
     def __post_init__(self):
         self._check_wrapped()
         self._check_dim()
-        if not isinstance(self.legacy_names, bool):
-            raise ValueError(
-                f"WeightNorm: legacy_names must be True or False, got {self.legacy_names!r}"
-            )
 
     @property
     def _legacy(self) -> tuple[str, str]:

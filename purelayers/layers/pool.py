@@ -136,10 +136,6 @@ class _PoolNd(Layer):
                 f"{name}: padding must be at most half of kernel_size (kernel_size // 2 = "
                 f"{half}), got {self.padding}"
             )
-        for flag in ("ceil_mode", "count_include_pad", "return_indices"):
-            value = getattr(self, flag, False)
-            if not isinstance(value, bool):
-                raise ValueError(f"{name}: {flag} must be True or False, got {value!r}")
 
     @property
     def _dilation(self) -> tuple[int, ...]:

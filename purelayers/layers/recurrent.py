@@ -100,11 +100,6 @@ class _Recurrent(Layer):
         for arg in ("num_layers", "unroll"):
             check_int(name, arg, getattr(self, arg))
         check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        for flag in ("batch_first", "bidirectional", "custom_derivative"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(
-                    f"{name}: {flag} must be True or False, got {getattr(self, flag)!r}"
-                )
         if self.dropout > 0 and self.num_layers == 1:
             warnings.warn(
                 f"{name}: dropout={self.dropout} acts between layers and has no effect with "
@@ -410,11 +405,6 @@ class GRU(_Recurrent):
     bias_init: Initializer | None = None
     unroll: int = 1
     custom_derivative: bool = True
-
-    def __post_init__(self):
-        if not isinstance(self.reset_after, bool):
-            raise ValueError(f"GRU: reset_after must be True or False, got {self.reset_after!r}")
-        super().__post_init__()
 
     @property
     def kind(self) -> Kind:

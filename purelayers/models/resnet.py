@@ -127,10 +127,6 @@ class _Block(Layer):
         check_int(name, "stride", self.stride)
         if self.downsample is not None and not isinstance(self.downsample, Layer):
             raise ValueError(f"{name}: downsample must be a Layer or None, got {self.downsample!r}")
-        if not isinstance(self.zero_init_residual, bool):
-            raise ValueError(
-                f"{name}: zero_init_residual must be True or False, got {self.zero_init_residual!r}"
-            )
 
     def _init(self, key: jax.Array | None, shape: Any, dtype: Any) -> Params | State:
         kids = self.children()
@@ -332,10 +328,6 @@ class ResNet(Layer):
             check_int("ResNet", "layers", n)
         object.__setattr__(self, "layers", layers)
         check_int("ResNet", "num_classes", self.num_classes)
-        if not isinstance(self.zero_init_residual, bool):
-            raise ValueError(
-                f"ResNet: zero_init_residual must be True or False, got {self.zero_init_residual!r}"
-            )
 
     def children(self) -> dict[str, Layer]:
         kids: dict[str, Layer] = {
