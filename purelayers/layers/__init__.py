@@ -26,6 +26,7 @@ from purelayers.layers import norm as _norm
 from purelayers.layers import padding as _padding
 from purelayers.layers import parametrize as _parametrize
 from purelayers.layers import pool as _pool
+from purelayers.layers import prelu as _prelu
 from purelayers.layers import recurrent as _recurrent
 from purelayers.layers import repeat as _repeat
 from purelayers.layers import rotary as _rotary
@@ -50,7 +51,6 @@ from purelayers.layers.activation import (
     LogSigmoid,
     LogSoftmax,
     Mish,
-    PReLU,
     ReLU,
     ReLU6,
     Sigmoid,
@@ -72,7 +72,6 @@ from purelayers.layers.activation import (
     log_sigmoid,
     log_softmax,
     mish,
-    prelu,
     relu,
     relu6,
     selu,
@@ -211,6 +210,7 @@ from purelayers.layers.pool import (
     MaxPool2d,
     MaxPool3d,
 )
+from purelayers.layers.prelu import PReLU, prelu
 from purelayers.layers.recurrent import (
     GRU,
     LSTM,
@@ -271,6 +271,7 @@ from purelayers.layers.upsample import (
 __all__ = [
     "LayerError",
     *_activation.__all__,
+    *_prelu.__all__,
     *_attention.__all__,
     *_bilinear.__all__,
     *_conv.__all__,

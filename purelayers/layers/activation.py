@@ -1,4 +1,4 @@
-"""Activations, as plain functions and as parameter-free layers (plus ``PReLU``).
+"""Activations, as plain functions and as parameter-free layers.
 
 Every function matches its PyTorch counterpart in value and gradient, including the
 subgradient at the kinks: branches are selected with ``jnp.where`` on a strict
@@ -7,7 +7,7 @@ overflow is fed a safe input so its unused gradient never turns into NaN.
 
 The softmax family (``Softmax``, ``LogSoftmax``, ``Softmin``, ``Softmax2d``) is defined
 in ``_softmax`` and exported from here; clamps, thresholds and shrinks live in
-``thresholds``.
+``thresholds``; the learned-slope ``PReLU`` in ``prelu``.
 
 Shape: every activation maps ``(...)`` to the same shape and dtype, except the gated
 ones (``SwiGLU``, ``GLU``), which halve an axis.
@@ -23,16 +23,12 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.init import Initializer, constant
 from purelayers.layers._checks import (
     LayerError,
-    as_shape,
-    broadcast_to_axis,
     check_choice,
     check_float,
     check_int,
     config_error,
-    summed_in_float32,
 )
 from purelayers.layers._softmax import (
     LogSoftmax,
@@ -59,7 +55,6 @@ __all__ = [
     "LogSigmoid",
     "LogSoftmax",
     "Mish",
-    "PReLU",
     "ReLU",
     "ReLU6",
     "SiLU",
@@ -81,7 +76,6 @@ __all__ = [
     "log_sigmoid",
     "log_softmax",
     "mish",
-    "prelu",
     "relu",
     "relu6",
     "selu",
@@ -145,9 +139,9 @@ def gelu(x: jax.Array, approximate: str = "none") -> jax.Array:
     The value is ``jax.nn.gelu``'s; the derivative is written out as torch's GELU
     backward computes it (``_gelu_slope``), so a training step keeps one array for it
     (the slope, or the input XLA recomputes it from), where JAX's derivative of the
-    formula keeps the input and the ``tanh`` (or ``erf``) beside it. The benchmark transformer's training step (its
-    MLPs' ``[16, 128, 1024]`` activations; 2-core Intel Xeon, in-process, alternating
-    rounds): tanh form temporaries 235.2 -> 203.2 MiB and the step 295.7 -> 285.7 ms (15
+    formula keeps the input and the ``tanh`` (or ``erf``) beside it. The benchmark
+    transformer's training step (its MLPs' ``[16, 128, 1024]`` activations; 2-core Intel
+    Xeon, in-process, alternating rounds): tanh form temporaries 235.2 -> 203.2 MiB and the step 295.7 -> 285.7 ms (15
     rounds), exact form 267.2 -> 203.2 MiB and 322.5 -> 298.9 ms (9 rounds); XLA:CPU
     maps and first-touches a step's temporaries afresh on every call, so memory not
     kept is time saved. (``silu``'s derivative written out the same way left a Llama
@@ -242,18 +236,6 @@ def glu(x: jax.Array, axis: int = -1) -> jax.Array:
     first), which must have even length (``torch.nn.functional.glu``)."""
     a, b = jnp.split(x, 2, axis=axis)
     return a * jax.nn.sigmoid(b)
-
-
-def prelu(x: jax.Array, weight: jax.Array) -> jax.Array:
-    """``x`` if ``x > 0`` else ``weight * x``, ``weight`` of shape ``(1,)`` or ``(C,)``
-    applied along axis 1 (``torch.nn.functional.prelu``); gradient ``weight`` at 0."""
-    if weight.shape[0] == 1:
-        slope = weight.reshape(())
-    else:
-        slope = broadcast_to_axis(weight, jnp.ndim(x), 1 if jnp.ndim(x) >= 2 else 0)
-    # its gradient, a sum over every broadcast element, adds in float32 under bfloat16
-    slope = summed_in_float32(slope.astype(x.dtype), jnp.shape(x))
-    return jnp.where(x > 0, x, slope * x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -583,85 +565,3 @@ class Exponential(_Activation):
 
     def function(self, x):
         return exponential(x)
-
-
-_UNSET: Any = object()  # an argument not given
-
-
-@dataclasses.dataclass(frozen=True, init=False)
-class PReLU(Layer):
-    """``x`` if ``x > 0`` else ``weight * x`` with a learned slope. Matches ``torch.nn.PReLU``.
-
-    Args:
-      num_parameters: 1 (one slope shared by all channels) or the channel count ``C``.
-        Default ``1``.
-      init: the initial slope, torch's argument (second, as torch's). Default ``0.25``.
-        Stored as the field ``init_value`` (``init`` is the layer's method), which is
-        also accepted as a keyword.
-      weight_init: overrides the initial slope with any initializer.
-
-    Shape:
-      input ``(N, C, ...)`` (channels on axis 1, as torch) or any shape when
-      ``num_parameters == 1``; output the same.
-
-    Parameters:
-      ``weight``: ``(num_parameters,)``, filled with ``init_value``.
-    """
-
-    accepts: ClassVar[tuple[str, ...]] = ("floating",)
-
-    num_parameters: int = 1
-    init_value: float = 0.25
-    _: dataclasses.KW_ONLY
-    weight_init: Initializer | None = None
-
-    def __init__(
-        self,
-        num_parameters: int = 1,
-        init: float = 0.25,
-        *,
-        init_value: Any = _UNSET,
-        weight_init: Initializer | None = None,
-    ):
-        if init_value is _UNSET:
-            check_float("PReLU", "init", init)
-            init_value = init
-        elif init != 0.25:
-            raise ValueError(
-                f"PReLU: init and init_value name one argument; got init={init!r} and "
-                f"init_value={init_value!r}"
-            )
-        object.__setattr__(self, "num_parameters", num_parameters)
-        object.__setattr__(self, "init_value", init_value)
-        object.__setattr__(self, "weight_init", weight_init)
-        self.__post_init__()
-
-    def __post_init__(self):
-        check_int("PReLU", "num_parameters", self.num_parameters)
-        check_float("PReLU", "init_value", self.init_value)
-
-    def own_names(self) -> tuple[str, ...]:
-        return ("weight",)
-
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        self._check(as_shape(shape))
-        w_init = self.weight_init or constant(self.init_value)
-        return {"weight": w_init(key, (self.num_parameters,), dtype)}
-
-    def _check(self, shape: tuple[int, ...]) -> None:
-        if self.num_parameters == 1:
-            return
-        channels = shape[1] if len(shape) >= 2 else (shape[0] if shape else None)
-        if channels != self.num_parameters:
-            raise LayerError(
-                "PReLU",
-                "input channels (axis 1)",
-                self.num_parameters,
-                channels,
-                f"x.shape == {shape}; PReLU(num_parameters={self.num_parameters}) learns one "
-                "slope per channel on axis 1",
-            )
-
-    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        self._check(tuple(jnp.shape(x)))
-        return prelu(x, params["weight"])
