@@ -16,11 +16,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers import init as _initializers
 from purelayers._tree import Stacked
 from purelayers.layers._capture import active, paused, run_child
 from purelayers.layers._checks import (
-    ConfigTypeError,
     LayerError,
     as_shape,
     check_int,
@@ -29,6 +27,7 @@ from purelayers.layers._checks import (
     missing_params,
     need_dtype,
 )
+from purelayers.layers._field_checks import check_fields, checking_fields
 from purelayers.layers._fit import check_fit, remember
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
@@ -90,11 +89,10 @@ class Layer:
             cls.init = _checking_shape(raw_init)
         post = cls.__dict__.get("__post_init__")
         if callable(post) and not hasattr(post, "unchecked"):
-            cls.__post_init__ = _checking_initializers(post)
+            cls.__post_init__ = checking_fields(post)
 
     def __post_init__(self):
-        _check_flags(self)
-        _check_initializers(self)
+        check_fields(self)
 
     # The input dtypes the layer computes on ("floating", "integer", "bool"); another
     # raises LayerError naming the dtype. Containers take any and let children check.
@@ -295,64 +293,6 @@ def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
 
     init.unchecked = raw  # type: ignore[attr-defined]
     return init
-
-
-# the initializer factories of ``purelayers.init`` (``pl.init.zeros`` makes an initializer)
-_FACTORIES = tuple(
-    n for n in _initializers.__all__ if n not in ("Initializer", "calculate_gain", "fans")
-)
-
-
-def _check_initializers(layer: Layer) -> None:
-    """Every ``*_init`` field is an initializer ``fn(key, shape, dtype)`` or None."""
-    for f in dataclasses.fields(layer):
-        value = getattr(layer, f.name, None)
-        if not f.name.endswith("_init") or value is None:
-            continue
-        factory = next((n for n in _FACTORIES if getattr(_initializers, n, None) is value), None)
-        if factory is not None:
-            raise ConfigTypeError(
-                f"{type(layer).__name__}: {f.name} must be an initializer fn(key, shape, "
-                f"dtype) or None, got the factory pl.init.{factory} itself (call it: "
-                f"pl.init.{factory}())"
-            )
-        if not callable(value):
-            if isinstance(value, str) and value in _initializers.__all__:
-                example = f"pl.init.{value}()"
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                example = f"pl.init.constant({value})"
-            else:
-                example = "pl.init.normal(std=0.02)"
-            raise ConfigTypeError(
-                f"{type(layer).__name__}: {f.name} must be an initializer fn(key, shape, "
-                f"dtype) or None, got {value!r} (for example {example})"
-            )
-
-
-def _check_flags(layer: Layer) -> None:
-    """Every field declared ``bool`` holds ``True`` or ``False``: a string
-    such as ``"False"`` or a number would be read by its truth value, silently."""
-    for f in dataclasses.fields(layer):
-        if f.type not in ("bool", bool):
-            continue
-        value = getattr(layer, f.name, None)
-        if not isinstance(value, bool):
-            raise ConfigTypeError(
-                f"{type(layer).__name__}: {f.name} must be True or False, got {value!r}"
-            )
-
-
-def _checking_initializers(post: Callable[..., Any]) -> Callable[..., Any]:
-    """A class's own ``__post_init__``, then the flag and initializer checks."""
-
-    @functools.wraps(post)
-    def __post_init__(self: Layer) -> None:
-        post(self)
-        _check_flags(self)
-        _check_initializers(self)
-
-    __post_init__.unchecked = post  # type: ignore[attr-defined]
-    return __post_init__
 
 
 def unchecked(layer: Layer) -> Callable[..., Any]:
