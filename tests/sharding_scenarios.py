@@ -290,6 +290,34 @@ def scenario_time_major(out):
     }
 
 
+def scenario_explicit_axes(out):
+    """``Linear``s on ``[16, 4, 8]`` inputs, their batch split over a mesh of 8
+    ``Explicit`` axes (``jax.make_mesh``'s default): the output keeps the split, and
+    loss and gradients equal one device's (JAX asks the weight gradient's contraction
+    over the split batch for its output sharding)."""
+    import purelayers.layers as L
+
+    model = L.Sequential(L.Linear(12), L.GELU(), L.Linear(8, transposed=True))
+    params = model.init(jax.random.key(3), (16, 4, 8))
+    x = jax.random.normal(jax.random.key(4), (16, 4, 8))
+
+    def loss(p, x):
+        return jnp.sum(jnp.tanh(model.apply(p, x)))
+
+    ref_loss, ref_grads = jax.jit(jax.value_and_grad(loss))(params, x)
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        xs = jax.device_put(x, S.NamedSharding(mesh, S.P("data")))
+        y = jax.jit(model.apply)(params, xs)
+        got_loss, grads = jax.jit(jax.value_and_grad(loss))(params, xs)
+    out["explicit_axes"] = {
+        "y_spec": str(y.sharding.spec),
+        "y_type": str(jax.typeof(y)),
+        **compare((ref_grads, [float(ref_loss)]), (grads, [float(got_loss)])),
+        "grad_scale": max(float(np.max(np.abs(np.asarray(a)))) for a in jax.tree.leaves(ref_grads)),
+    }
+
+
 def main(path: str) -> None:
     out: dict = {"devices": jax.device_count()}
     scenario_training(out)
@@ -298,6 +326,7 @@ def main(path: str) -> None:
     scenario_grouped_qkv(out)
     scenario_grouped_attention(out)
     scenario_time_major(out)
+    scenario_explicit_axes(out)
     Path(path).write_text(json.dumps(out, indent=1))
 
 

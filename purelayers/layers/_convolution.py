@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.custom_derivatives import SymbolicZero
 
 from purelayers.layers._checks import add_bias
+from purelayers.layers._lead_products import bilinear_jvp
 from purelayers.layers._spatial import tap_windows
 from purelayers.layers.linear import rows_product
 
@@ -170,21 +170,7 @@ def _patch_product(patches: jax.Array, rows: jax.Array) -> jax.Array:
 
 
 def _patch_product_jvp(primals, tangents):
-    return _bilinear_jvp(_patch_rows_product, _per_image_product, primals, tangents)
-
-
-def _bilinear_jvp(product, weight_term, primals, tangents):
-    """The value and tangent of ``product(x, w)``, linear in each of ``x`` and ``w``:
-    ``product(dx, w) + weight_term(x, dw)``, where ``weight_term`` computes
-    ``product(x, dw)`` in another form; terms whose tangent is a symbolic zero are left
-    out (JAX calls the rule only when one is not)."""
-    (x, w), (dx, dw) = primals, tangents
-    terms = []
-    if not isinstance(dx, SymbolicZero):
-        terms.append(product(dx, w))
-    if not isinstance(dw, SymbolicZero):
-        terms.append(weight_term(x, dw))
-    return product(x, w), sum(terms[1:], terms[0])
+    return bilinear_jvp(_patch_rows_product, _per_image_product, primals, tangents)
 
 
 _patch_product.defjvp(_patch_product_jvp, symbolic_zeros=True)
@@ -284,7 +270,7 @@ def _conv2d_chunked_weight_gradient_jvp(stride, pads, dilation, chunk, primals, 
     def chunked(x, w):
         return _chunked_conv2d(x, w, stride, pads, dilation, chunk)
 
-    return _bilinear_jvp(conv, chunked, primals, tangents)
+    return bilinear_jvp(conv, chunked, primals, tangents)
 
 
 _conv2d_chunked_weight_gradient.defjvp(_conv2d_chunked_weight_gradient_jvp, symbolic_zeros=True)

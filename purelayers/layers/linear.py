@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
 from purelayers.layers._checks import LayerError, add_bias, as_shape, check_int
+from purelayers.layers._lead_products import leading_axes_product
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["Linear"]
@@ -122,9 +123,9 @@ def linear(
 def _product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     """``x @ w.T`` (``x @ w`` if ``transposed``) over ``x``'s last axis.
 
-    On the CPU an ``x`` of more than two axes is multiplied as the ``[rows, in]`` matrix
-    of its leading axes (a free reshape, as ``torch.nn.functional.linear`` does), so the
-    weight gradient is a product over one contracted axis. Over several (``[B, T, out]``
+    On the CPU the weight gradient of an ``x`` of more than two axes multiplies the
+    ``[rows, in]`` matrix of its leading axes (a free reshape, as
+    ``torch.nn.functional.linear`` does), a product over one contracted axis. Over several (``[B, T, out]``
     with ``[B, T, in]``), XLA:CPU first copies the output gradient into a transposed
     ``[out, B * T]`` array for its product kernel; over one, it multiplies the transposed
     operand in place. On a 2-core AVX-512 CPU (Intel Xeon), jitted, ``[16, 128, 256]``
@@ -137,16 +138,12 @@ def _product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     a sharding of the first axis, and XLA's partitioner gathers the rest (a weight
     gradient over ``[4, 16, 32]`` split by sequence on two devices: one all-reduce of the
     ``[64, 32]`` gradient kept apart, one all-gather of the input merged). The platform
-    is chosen when the program is lowered (``jax.lax.platform_dependent``), as
-    attention's form is."""
+    is chosen when the program is lowered, by the lowering rules of the weight
+    gradient's primitive (``_lead_products``), which traces faster than a
+    ``jax.lax.platform_dependent`` switch; the forward product is ``dot_general``."""
     if x.ndim <= 2:
         return axes_product(x, w, transposed)
-    return jax.lax.platform_dependent(
-        x,
-        w,
-        cpu=lambda x, w: rows_product(x, w, transposed),
-        default=lambda x, w: axes_product(x, w, transposed),
-    )
+    return leading_axes_product(x, w, transposed)
 
 
 def axes_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:

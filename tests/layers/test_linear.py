@@ -1,6 +1,8 @@
 """Linear beyond the registry's table (torch parity and gradcheck are there): worked
 example, leading axes, init statistics, errors."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -96,6 +98,117 @@ def test_rows_and_axes_forms_match_torch(torch, transposed):
         _, tangent = jax.jvp(lambda x, f=form: f(x, w, transposed), (x,), (dx,))
         for got, want in zip((y, *vjp(ct), tangent), expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _reference_linear(x, w, transposed):
+    """``Linear``'s product as one einsum (XLA's own derivatives)."""
+    return jnp.einsum("...i,io->...o" if transposed else "...i,oi->...o", x, w)
+
+
+def _nonlinear_loss(product, transposed):
+    return lambda x, w: jnp.sum(jnp.tanh(product(x, w, transposed)) ** 2)
+
+
+def _derivatives(product, transposed, x, w, dx, dw, ct):
+    """Value, both cotangents, the forward-mode tangent and Hessian-vector products of
+    a nonlinear loss (forward over reverse, reverse over reverse) of ``product``."""
+    y, vjp = jax.vjp(lambda x, w: product(x, w, transposed), x, w)
+    _, tangent = jax.jvp(lambda x, w: product(x, w, transposed), (x, w), (dx, dw))
+    grad = jax.grad(_nonlinear_loss(product, transposed), argnums=(0, 1))
+    _, hvp = jax.jvp(grad, (x, w), (dx, dw))
+
+    def along(x, w):
+        gx, gw = grad(x, w)
+        return jnp.vdot(gx, dx) + jnp.vdot(gw, dw)
+
+    return (y, *vjp(ct), tangent, *hvp, *jax.grad(along, argnums=(0, 1))(x, w))
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("jit", [False, True])
+def test_leading_axes_product_derivatives_to_second_order(transposed, jit):
+    """``Linear``'s product of a 4-d input (``leading_axes_product``: ``dot_general``
+    with a weight tangent lowered per platform) and that weight tangent's primitive
+    ``lead_product`` alone: value, both cotangents, forward-mode tangents and the second
+    derivatives of a nonlinear loss in both modes equal XLA's own derivatives of the
+    same einsum, float64, eagerly and jitted."""
+    from purelayers.layers._lead_products import lead_product, leading_axes_product
+
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        x, dx = (jnp.asarray(rng.standard_normal((2, 3, 4, 5))) for _ in range(2))
+        shape = (5, 6) if transposed else (6, 5)
+        w, dw = (jnp.asarray(rng.standard_normal(shape)) for _ in range(2))
+        ct = jnp.asarray(rng.standard_normal((2, 3, 4, 6)))
+        args = (x, w, dx, dw, ct)
+        want = _derivatives(_reference_linear, transposed, *args)
+        for product in (leading_axes_product, lead_product):
+            run = functools.partial(_derivatives, product, transposed)
+            got = (jax.jit(run) if jit else run)(*args)
+            for g, e in zip(got, want, strict=True):
+                np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_leading_axes_products_under_vmap():
+    """``vmap`` over the input (one more leading axis), over per-example weights (XLA's
+    batched product) and over both, and ``vmap`` of the gradient, of ``Linear``'s
+    product and of its weight tangent's primitive: each equals the einsum's."""
+    from purelayers.layers._lead_products import lead_product, leading_axes_product
+
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.standard_normal((3, 2, 4, 5)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((6, 5)), jnp.float32)
+    ws = jnp.asarray(rng.standard_normal((4, 6, 5)), jnp.float32)
+    cases = [
+        (lambda f: jax.vmap(lambda x: f(x, w, False), in_axes=2)(x)),
+        (lambda f: jax.vmap(lambda w: f(x, w, False))(ws)),
+        (lambda f: jax.vmap(lambda x, w: f(x, w, False), in_axes=(2, 0))(x, ws)),
+        (lambda f: jax.vmap(jax.grad(_nonlinear_loss(f, False), (0, 1)), (2, None))(x, w)),
+        (lambda f: jax.vmap(jax.grad(_nonlinear_loss(f, False), (0, 1)), (None, 0))(x, ws)),
+    ]
+    for case in cases:
+        want = case(_reference_linear)
+        for product in (leading_axes_product, lead_product):
+            got = jax.jit(case, static_argnums=0)(product)
+            for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+                np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+
+
+def test_leading_axes_product_is_traced_without_a_switch():
+    """The weight gradient's form is chosen by a primitive's lowering rules, so the
+    traced gradient of a ``Linear`` on a 3-d input holds no ``cond`` (a ``switch`` per
+    product, as ``lax.platform_dependent`` stages, has JAX build the derivative of both
+    forms); lowered for several platforms at once, the module still lowers."""
+    lin = L.Linear(7)
+    params = lin.init(jax.random.key(0), (5,))
+    x = jnp.ones((2, 3, 5))
+
+    def loss(p, x):
+        return jnp.sum(jnp.tanh(lin.apply(p, x)))
+
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss))(params, x))
+    assert "purelayers_lead_contraction" in jaxpr
+    assert "cond[" not in jaxpr and "platform_index" not in jaxpr
+    exported = jax.export.export(jax.jit(jax.grad(loss)), platforms=("cpu", "cuda"))(params, x)
+    assert exported.platforms == ("cpu", "cuda")
+
+
+def test_checkpoint_policies_see_the_product(capsys):
+    """``jax.checkpoint_policies.dots_with_no_batch_dims_saveable`` keeps the product
+    of a 3-d input that the backward pass needs (the first ``Linear``'s ``[2, 3, 8]``,
+    GELU's input; the last one's output only feeds the sum), as for a 2-d input: the
+    forward is ``dot_general``, which the policy names."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    m = L.Sequential(L.Linear(8), L.GELU(), L.Linear(4))
+    params = m.init(jax.random.key(0), (2, 3, 5))
+    x = jnp.ones((2, 3, 5))
+    policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    f = jax.checkpoint(lambda p, x: jnp.sum(m.apply(p, x)), policy=policy)
+    print_saved_residuals(f, params, x)
+    saved = capsys.readouterr().out.splitlines()
+    outputs = [line.split(" from ")[0] for line in saved if "argument" not in line]
+    assert outputs == ["f32[2,3,8] output of dot_general"], saved
 
 
 def test_default_init_statistics():
