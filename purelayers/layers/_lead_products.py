@@ -12,6 +12,9 @@ docstring). Their derivatives are each other (the transposes of ``lead_product``
 ``lead_product`` and a ``lead_contraction``, those of ``lead_contraction`` two
 ``lead_product``s), so derivatives of any order and mode stay in the two primitives.
 
+They are used where no mesh with typed axes is in play (``meshless``: no mesh, or only
+``Auto`` axes); under ``Explicit`` axes or inside ``shard_map`` the layer keeps
+``jax.lax.platform_dependent``, whose forms JAX's sharding types pass through.
 Primitives rather than ``jax.lax.platform_dependent``: that stages a ``switch``, whose
 derivative JAX builds for both forms, 7-10 ms of tracing per product (20 products and
 their gradient: 0.19-0.27 s against 0.05 s for one form alone). The benchmark
@@ -29,39 +32,30 @@ import functools
 import math
 
 import jax
-import jax.numpy as jnp
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 # -- the two forms of each product ------------------------------------------------------
-# ``out_sharding`` is JAX's: the sharding a cotangent must have under a mesh of
-# ``Explicit`` axes (``None`` otherwise). Given one, the axes form is used everywhere:
-# merged rows can keep only a sharding of the first leading axis.
 
 
-def _axes_product(x, w, *, transposed, out_sharding=None):
-    dims = (((x.ndim - 1,), (0 if transposed else 1,)), ((), ()))
-    return lax.dot_general(x, w, dims, out_sharding=out_sharding)
+def _axes_product(x, w, *, transposed):
+    return lax.dot_general(x, w, (((x.ndim - 1,), (0 if transposed else 1,)), ((), ())))
 
 
-def _rows_product(x, w, *, transposed, out_sharding=None):
-    if out_sharding is not None:
-        return _axes_product(x, w, transposed=transposed, out_sharding=out_sharding)
+def _rows_product(x, w, *, transposed):
     lead = x.shape[:-1]
     y = _axes_product(x.reshape(math.prod(lead), x.shape[-1]), w, transposed=transposed)
     return y.reshape(*lead, y.shape[-1])
 
 
-def _axes_contraction(a, b, *, out_sharding=None):
+def _axes_contraction(a, b):
     lead = tuple(range(a.ndim - 1))
-    return lax.dot_general(a, b, ((lead, lead), ((), ())), out_sharding=out_sharding)
+    return lax.dot_general(a, b, ((lead, lead), ((), ())))
 
 
-def _rows_contraction(a, b, *, out_sharding=None):
-    if out_sharding is not None:
-        return _axes_contraction(a, b, out_sharding=out_sharding)
+def _rows_contraction(a, b):
     return _axes_contraction(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]))
 
 
@@ -71,35 +65,26 @@ lead_product_p = Primitive("purelayers_lead_product")
 lead_contraction_p = Primitive("purelayers_lead_contraction")
 
 
-def lead_product(x: jax.Array, w: jax.Array, transposed: bool, out_sharding=None) -> jax.Array:
+def lead_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     """``x`` ``[..., in]`` times ``w`` ``[out, in]`` (``[in, out]`` if ``transposed``)."""
-    return lead_product_p.bind(x, w, transposed=transposed, out_sharding=out_sharding)
+    return lead_product_p.bind(x, w, transposed=transposed)
 
 
-def lead_contraction(a: jax.Array, b: jax.Array, out_sharding=None) -> jax.Array:
+def lead_contraction(a: jax.Array, b: jax.Array) -> jax.Array:
     """``sum over leading axes of a[..., p, None] * b[..., None, q]`` -> ``[p, q]``."""
-    return lead_contraction_p.bind(a, b, out_sharding=out_sharding)
+    return lead_contraction_p.bind(a, b)
 
 
 @functools.lru_cache(maxsize=512)
 def _out_aval(form, *avals, **params):
-    return jax.eval_shape(functools.partial(form, **params), *avals)
-
-
-def _abstract(form):
-    def rule(*avals, **params):
-        out = _out_aval(form, *avals, **params)
-        return jax.core.ShapedArray(
-            out.shape, out.dtype, weak_type=out.weak_type, sharding=out.sharding
-        )
-
-    return rule
+    # the axes form's own output type, as JAX's ``dot_general`` gives it
+    return jax.make_jaxpr(functools.partial(form, **params))(*avals).out_avals[0]
 
 
 lead_product_p.def_impl(_axes_product)
-lead_product_p.def_abstract_eval(_abstract(_axes_product))
+lead_product_p.def_abstract_eval(functools.partial(_out_aval, _axes_product))
 lead_contraction_p.def_impl(_axes_contraction)
-lead_contraction_p.def_abstract_eval(_abstract(_axes_contraction))
+lead_contraction_p.def_abstract_eval(functools.partial(_out_aval, _axes_contraction))
 
 for _p, _rows, _axes in (
     (lead_product_p, _rows_product, _axes_product),
@@ -112,39 +97,24 @@ for _p, _rows, _axes in (
 # -- derivatives ------------------------------------------------------------------------------
 
 
-def _sharding_of(target):
-    """The cotangent sharding JAX asks for under ``Explicit`` mesh axes, else ``None``:
-    ``target``'s own, or replicated over the current mesh where it has none (as
-    ``dot_general``'s own transpose does)."""
-    sharding = target.aval.sharding
-    if sharding.mesh.empty:
-        mesh = jax.sharding.get_abstract_mesh()
-        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    mesh = sharding.mesh
-    if mesh.empty or jax.sharding.AxisType.Explicit not in tuple(mesh.axis_types):
-        return None
-    return sharding
-
-
-def _product_transpose_x(ct, x, w, *, transposed, out_sharding):
+def _product_transpose_x(ct, x, w, *, transposed):
     # y = x @ w.T: x's cotangent is ct @ w, the product with ``transposed`` flipped
-    return lead_product(ct, w, not transposed, _sharding_of(x))
+    return lead_product(ct, w, not transposed)
 
 
-def _product_transpose_w(ct, x, w, *, transposed, out_sharding):
+def _product_transpose_w(ct, x, w, *, transposed):
     # y = x @ w.T: w's cotangent is ct^T x over the leading axes ([out, in]), or x^T ct
-    pair = (x, ct) if transposed else (ct, x)
-    return lead_contraction(*pair, _sharding_of(w))
+    return lead_contraction(x, ct) if transposed else lead_contraction(ct, x)
 
 
-def _contraction_transpose_a(ct, a, b, *, out_sharding):
+def _contraction_transpose_a(ct, a, b):
     # c = sum a[..., p] b[..., q]: a's cotangent is b @ ct.T, [..., p]
-    return lead_product(b, ct, False, _sharding_of(a))
+    return lead_product(b, ct, False)
 
 
-def _contraction_transpose_b(ct, a, b, *, out_sharding):
+def _contraction_transpose_b(ct, a, b):
     # b's cotangent is a @ ct, [..., q]
-    return lead_product(a, ct, True, _sharding_of(b))
+    return lead_product(a, ct, True)
 
 
 ad.defbilinear(lead_product_p, _product_transpose_x, _product_transpose_w)
@@ -155,15 +125,15 @@ ad.defbilinear(lead_contraction_p, _contraction_transpose_a, _contraction_transp
 # product (``vmap`` of the axes form) -------------------------------------------------------
 
 
-def _product_batch(args, dims, *, transposed, out_sharding):
+def _product_batch(args, dims, *, transposed):
     (x, w), (xd, wd) = args, dims
-    if wd is None and out_sharding is None:
-        return lead_product(jnp.moveaxis(x, xd, 0), w, transposed), 0
+    if wd is None:
+        return lead_product(jax.numpy.moveaxis(x, xd, 0), w, transposed), 0
     form = functools.partial(_axes_product, transposed=transposed)
     return jax.vmap(form, in_axes=(xd, wd))(x, w), 0
 
 
-def _contraction_batch(args, dims, *, out_sharding):
+def _contraction_batch(args, dims):
     return jax.vmap(_axes_contraction, in_axes=tuple(dims))(*args), 0
 
 
@@ -172,6 +142,22 @@ batching.primitive_batchers[lead_contraction_p] = _contraction_batch
 
 
 # -- the layer's product ---------------------------------------------------------------------
+
+
+def meshless(*arrays: jax.Array) -> bool:
+    """Whether no mesh with typed axes is in play: the current mesh (``jax.set_mesh``,
+    ``shard_map``) and the operands' types carry only ``Auto`` axes, if any. Under
+    ``Explicit`` or ``Manual`` axes JAX's sharding types (explicit shardings, varying
+    manual axes) must pass through the product, which ``dot_general`` does and these
+    primitives do not try to; ``Auto`` axes leave the placement to XLA's partitioner."""
+    current = getattr(jax.sharding, "get_abstract_mesh", None)
+    typeof = getattr(jax, "typeof", None)
+    if current is None or typeof is None:
+        return False
+    meshes = [current()]
+    meshes += [getattr(getattr(typeof(a), "sharding", None), "mesh", None) for a in arrays]
+    auto = jax.sharding.AxisType.Auto
+    return all(m is None or all(t == auto for t in m.axis_types) for m in meshes)
 
 
 def bilinear_jvp(product, weight_term, primals, tangents):
@@ -191,7 +177,8 @@ def bilinear_jvp(product, weight_term, primals, tangents):
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def leading_axes_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     """``x`` ``[..., in]`` times ``w`` ``[out, in]`` (``[in, out]`` if ``transposed``):
-    ``dot_general``'s value and input tangent, ``lead_product``'s weight tangent."""
+    ``dot_general``'s value and input tangent, ``lead_product``'s weight tangent. For
+    operands where ``meshless`` holds."""
     return _axes_product(x, w, transposed=transposed)
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
 from purelayers.layers._checks import LayerError, add_bias, as_shape, check_int
-from purelayers.layers._lead_products import leading_axes_product
+from purelayers.layers._lead_products import leading_axes_product, meshless
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["Linear"]
@@ -138,12 +138,20 @@ def _product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
     a sharding of the first axis, and XLA's partitioner gathers the rest (a weight
     gradient over ``[4, 16, 32]`` split by sequence on two devices: one all-reduce of the
     ``[64, 32]`` gradient kept apart, one all-gather of the input merged). The platform
-    is chosen when the program is lowered, by the lowering rules of the weight
-    gradient's primitive (``_lead_products``), which traces faster than a
-    ``jax.lax.platform_dependent`` switch; the forward product is ``dot_general``."""
+    is chosen when the program is lowered: by the lowering rules of the weight
+    gradient's primitive (``_lead_products``; the forward product is ``dot_general``),
+    which traces faster than a ``jax.lax.platform_dependent`` switch, or by that switch
+    under ``Explicit`` mesh axes and inside ``shard_map`` (``meshless``)."""
     if x.ndim <= 2:
         return axes_product(x, w, transposed)
-    return leading_axes_product(x, w, transposed)
+    if meshless(x, w):
+        return leading_axes_product(x, w, transposed)
+    return jax.lax.platform_dependent(
+        x,
+        w,
+        cpu=lambda x, w: rows_product(x, w, transposed),
+        default=lambda x, w: axes_product(x, w, transposed),
+    )
 
 
 def axes_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:

@@ -193,6 +193,37 @@ def test_leading_axes_product_is_traced_without_a_switch():
     assert exported.platforms == ("cpu", "cuda")
 
 
+def test_under_shard_map_the_product_keeps_jax_sharding_types():
+    """Inside ``shard_map`` (a one-device mesh here) values carry JAX's varying manual
+    axes, which ``dot_general`` passes through and the weight gradient's primitive does
+    not try to (its weight cotangent would lack the sum over the manual axis): there
+    ``Linear`` keeps the ``platform_dependent`` form, and its value and gradients on a
+    3-d input equal those outside."""
+    from jax.sharding import PartitionSpec as P
+
+    from purelayers.layers._lead_products import meshless
+
+    lin = L.Linear(6)
+    params = lin.init(jax.random.key(0), (4, 3, 5))
+    x = jax.random.normal(jax.random.key(1), (4, 3, 5))
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def value_and_grads(p, x):
+        return jax.value_and_grad(lambda p, x: jnp.sum(jnp.tanh(lin.apply(p, x))), (0, 1))(p, x)
+
+    def body(p, x):
+        assert not meshless(x, p["weight"])
+        value, grads = value_and_grads(p, x)
+        return jax.lax.psum(value, "data"), grads  # p's gradient JAX sums itself
+
+    specs = (P(), P("data"))
+    sharded = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=(P(), (P(), P("data"))))
+    assert meshless(x, params["weight"])
+    got, want = jax.jit(sharded)(params, x), value_and_grads(params, x)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
 def test_checkpoint_policies_see_the_product(capsys):
     """``jax.checkpoint_policies.dots_with_no_batch_dims_saveable`` keeps the product
     of a 3-d input that the backward pass needs (the first ``Linear``'s ``[2, 3, 8]``,
