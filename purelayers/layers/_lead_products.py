@@ -15,6 +15,7 @@ docstring). Their derivatives are each other (the transposes of ``lead_product``
 They are used where no mesh with typed axes is in play (``meshless``: no mesh, or only
 ``Auto`` axes); under ``Explicit`` axes or inside ``shard_map`` the layer keeps
 ``jax.lax.platform_dependent``, whose forms JAX's sharding types pass through.
+
 Primitives rather than ``jax.lax.platform_dependent``: that stages a ``switch``, whose
 derivative JAX builds for both forms, 7-10 ms of tracing per product (20 products and
 their gradient: 0.19-0.27 s against 0.05 s for one form alone). The benchmark
