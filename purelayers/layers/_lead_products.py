@@ -33,6 +33,7 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 from jax.extend.core import Primitive
@@ -41,13 +42,16 @@ from jax.interpreters import ad, batching, mlir
 # -- the two forms of each product ------------------------------------------------------
 
 
-def _axes_product(x, w, *, transposed):
+def axes_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+    """``x @ w.T`` (``x @ w`` if ``transposed``) over ``x``'s last axis, its leading axes
+    kept apart."""
     return lax.dot_general(x, w, (((x.ndim - 1,), (0 if transposed else 1,)), ((), ())))
 
 
-def _rows_product(x, w, *, transposed):
+def rows_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
+    """``axes_product`` of ``x``'s leading axes merged into rows."""
     lead = x.shape[:-1]
-    y = _axes_product(x.reshape(math.prod(lead), x.shape[-1]), w, transposed=transposed)
+    y = axes_product(x.reshape(math.prod(lead), x.shape[-1]), w, transposed)
     return y.reshape(*lead, y.shape[-1])
 
 
@@ -82,13 +86,13 @@ def _out_aval(form, *avals, **params):
     return jax.make_jaxpr(functools.partial(form, **params))(*avals).out_avals[0]
 
 
-lead_product_p.def_impl(_axes_product)
-lead_product_p.def_abstract_eval(functools.partial(_out_aval, _axes_product))
+lead_product_p.def_impl(axes_product)
+lead_product_p.def_abstract_eval(functools.partial(_out_aval, axes_product))
 lead_contraction_p.def_impl(_axes_contraction)
 lead_contraction_p.def_abstract_eval(functools.partial(_out_aval, _axes_contraction))
 
 for _p, _rows, _axes in (
-    (lead_product_p, _rows_product, _axes_product),
+    (lead_product_p, rows_product, axes_product),
     (lead_contraction_p, _rows_contraction, _axes_contraction),
 ):
     mlir.register_lowering(_p, mlir.lower_fun(_rows, multiple_results=False), platform="cpu")
@@ -129,8 +133,8 @@ ad.defbilinear(lead_contraction_p, _contraction_transpose_a, _contraction_transp
 def _product_batch(args, dims, *, transposed):
     (x, w), (xd, wd) = args, dims
     if wd is None:
-        return lead_product(jax.numpy.moveaxis(x, xd, 0), w, transposed), 0
-    form = functools.partial(_axes_product, transposed=transposed)
+        return lead_product(jnp.moveaxis(x, xd, 0), w, transposed), 0
+    form = functools.partial(axes_product, transposed=transposed)
     return jax.vmap(form, in_axes=(xd, wd))(x, w), 0
 
 
@@ -180,12 +184,12 @@ def leading_axes_product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Ar
     """``x`` ``[..., in]`` times ``w`` ``[out, in]`` (``[in, out]`` if ``transposed``):
     ``dot_general``'s value and input tangent, ``lead_product``'s weight tangent. For
     operands where ``meshless`` holds."""
-    return _axes_product(x, w, transposed=transposed)
+    return axes_product(x, w, transposed)
 
 
 def _leading_axes_product_jvp(transposed, primals, tangents):
     def product(x, w):
-        return _axes_product(x, w, transposed=transposed)
+        return axes_product(x, w, transposed)
 
     def weight_term(x, dw):
         return lead_product(x, dw, transposed)
