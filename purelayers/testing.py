@@ -353,7 +353,8 @@ def assert_matches_torch(
             out = layer.apply(p, *full, **kwargs)
         return jax.tree.leaves(out)
 
-    float_inputs = [jnp.asarray(inputs[i]) for i in floats]
+    # placed as they are: ``jnp.asarray`` of a host array compiles a copy per shape
+    float_inputs = [jax.device_put(inputs[i]) for i in floats]
     out_specs = jax.eval_shape(fn, params, *float_inputs)
     if len(out_specs) != len(t_out):
         raise AssertionError(

@@ -111,9 +111,10 @@ def test_contract(case_id, torch):
     run16 = _apply(layer, case, layer.init_state(init_arg, jnp.bfloat16))
     host = example_inputs(case, np.float32)
     host2 = example_inputs(case, np.float32, seed=2)
-    x = tuple(map(jnp.asarray, host))
-    xs = tuple(jnp.asarray(np.stack(a)) for a in zip(host, host2, strict=True))
-    x16 = tuple(map(jnp.asarray, example_inputs(case, jnp.bfloat16, seed=3)))
+    # host arrays placed on the device as they are (``jnp.asarray`` would compile a copy)
+    x = jax.device_put(host)
+    xs = jax.device_put(tuple(np.stack(a) for a in zip(host, host2, strict=True)))
+    x16 = jax.device_put(example_inputs(case, jnp.bfloat16, seed=3))
     floating = [i + 1 for i, v in enumerate(x) if jnp.issubdtype(v.dtype, jnp.floating)]
     argnums = (0, *floating)
 
@@ -158,7 +159,7 @@ def test_contract(case_id, torch):
 
     # jit equals eager (the second input's eager run reuses the first's op programs)
     pl.testing.assert_tree_allclose(out, run(params, *x), rtol=1e-5, atol=1e-5)
-    second = run(params, *map(jnp.asarray, host2))
+    second = run(params, *jax.device_put(host2))
 
     # vmap over an extra leading batch axis equals the loop
     for i, one in enumerate((out, second)):
@@ -170,8 +171,8 @@ def test_contract(case_id, torch):
     assert all(_finite(g) for g in jax.tree.leaves(grads))
 
     # a second call with new arrays of the same shapes does not retrace
-    again = jax.tree.map(lambda a: jnp.asarray(np.array(a)), (params, xs, x16))
-    program(again[0], tuple(map(jnp.asarray, example_inputs(case, np.float32, 1))), *again[1:])
+    again = jax.device_put(jax.tree.map(np.array, (params, xs, x16)))
+    program(again[0], jax.device_put(example_inputs(case, np.float32, 1)), *again[1:])
     assert len(traces) == 1
 
     # bfloat16 params and input: outputs and their dtype stay bfloat16

@@ -250,7 +250,7 @@ class _Activation(Layer):
         return self.function(x)
 
     def function(self, x: jax.Array) -> jax.Array:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: a subclass defines function(x)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,7 +88,7 @@ class _Recurrent(Layer):
 
     @property
     def kind(self) -> Kind:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: a subclass defines kind")
 
     @property
     def directions(self) -> int:

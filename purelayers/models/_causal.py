@@ -126,7 +126,7 @@ class CausalLM(Layer):
 
     def build(self) -> dict[str, Layer]:
         """``{backbone name: decoder, "lm_head": Linear}`` from the config."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: a subclass defines build()")
 
     @property
     def tied(self) -> bool:
@@ -156,7 +156,7 @@ class CausalLM(Layer):
 
     @property
     def hidden_size(self) -> int:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: a subclass defines hidden_size")
 
     def init_cache(self, shape: Any, dtype: Any = jnp.float32) -> Any:
         """An empty decoding cache for ``shape = (batch, max_len)``."""

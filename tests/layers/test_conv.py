@@ -168,19 +168,29 @@ def test_conv2d_parity_property(torch, k, stride, padding, dilation, groups, ext
 def _same_derivatives(ours, xla, args, check) -> np.ndarray:
     """``check`` that ``ours`` and ``xla`` agree on ``args`` ``(x, w, b)``: the value,
     reverse-mode gradients (all three together and ``x``, ``w`` alone) against a fixed
-    output cotangent, and forward-mode tangents. Returns that cotangent."""
+    output cotangent, and forward-mode tangents, all in one compiled program. Returns
+    that cotangent."""
     x, w, b = args
-    y = xla(*args)
-    check(ours(*args), y)
-    ct = np.cos(np.arange(y.size)).reshape(y.shape)
-    for argnums in ((0, 1, 2), (0,), (1,)):
-        g1 = jax.grad(lambda *a: jnp.sum(ours(*a) * ct), argnums)(*args)
-        g2 = jax.grad(lambda *a: jnp.sum(xla(*a) * ct), argnums)(*args)
-        for a, c in zip(g1, g2, strict=True):
-            check(a, c)
+    shape = jax.eval_shape(xla, *args).shape
+    ct = np.cos(np.arange(math.prod(shape))).reshape(shape)
     tangents = (np.sin(np.arange(x.size)).reshape(x.shape), np.cos(w), np.sin(b))
-    (y1, t1), (y2, t2) = jax.jvp(ours, args, tangents), jax.jvp(xla, args, tangents)
+
+    @jax.jit
+    def derivatives(args, ct, tangents):
+        def of(fn):
+            grads = [
+                jax.grad(lambda *a: jnp.sum(fn(*a) * ct), argnums)(*args)
+                for argnums in ((0, 1, 2), (0,), (1,))
+            ]
+            return fn(*args), grads, jax.jvp(fn, args, tangents)
+
+        return of(ours), of(xla)
+
+    (y1, g1, (v1, t1)), (y2, g2, (v2, t2)) = derivatives(args, ct, tangents)
     check(y1, y2)
+    for a, c in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        check(a, c)
+    check(v1, v2)
     check(t1, t2)
     return ct
 

@@ -4,6 +4,7 @@ property tests over windows, gradcheck and error messages."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -305,16 +306,23 @@ def test_tiled_max_second_derivatives_and_vmap(layer, channels):
     size = int(np.prod(shape))
     order = np.random.default_rng(0).permutation(size).reshape(shape)
 
+    # jitted: each derivative ``check_grads`` takes compiles as one program
+    @jax.jit
     def f(x):
         return jnp.sum(layer.apply({}, x) ** 3)
 
     with jax.enable_x64(True):
         x64 = jnp.asarray(order / size, jnp.float64)
         jax.test_util.check_grads(f, (x64,), order=2, modes=("fwd", "rev"), eps=1e-6)
-    x = jnp.asarray(order, jnp.float32)
-    batched = jax.vmap(lambda x: layer.apply({}, x))(x)
-    np.testing.assert_array_equal(np.asarray(batched), np.asarray(layer.apply({}, x)))
-    np.testing.assert_array_equal(np.asarray(jax.vmap(jax.grad(f))(x)), np.asarray(jax.grad(f)(x)))
+
+    @jax.jit
+    def batched_and_not(x):
+        apply = lambda x: layer.apply({}, x)  # noqa: E731
+        return jax.vmap(apply)(x), apply(x), jax.vmap(jax.grad(f))(x), jax.grad(f)(x)
+
+    batched, whole, batched_grad, grad = batched_and_not(jnp.asarray(order, jnp.float32))
+    np.testing.assert_array_equal(np.asarray(batched), np.asarray(whole))
+    np.testing.assert_array_equal(np.asarray(batched_grad), np.asarray(grad))
 
 
 def test_channels_last_max_is_the_cpu_choice_only():
@@ -359,17 +367,18 @@ def _assert_same_as_written_order(model, x, key):
             x = layer.apply(params.get(name, {}), x)
         return x
 
-    y = in_order(params, x)
-    g = jnp.asarray(np.random.default_rng(5).standard_normal(y.shape), x.dtype)
+    shape = jax.eval_shape(in_order, params, x).shape
+    g = jnp.asarray(np.random.default_rng(5).standard_normal(shape), x.dtype)
 
-    def value_and_vjp(fn):
+    @functools.partial(jax.jit, static_argnums=0)
+    def value_and_vjp(fn, params, x):
         y, vjp = jax.vjp(fn, params, x)
         return y, *vjp(g)
 
-    got, want = value_and_vjp(model.apply), value_and_vjp(in_order)
+    got, want = value_and_vjp(model.apply, params, x), value_and_vjp(in_order, params, x)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    return y
+    return want[0]
 
 
 @pytest.mark.parametrize(
