@@ -195,14 +195,20 @@ def test_causal_halves_equal_one_block(t, kv_heads):
     shapes = [(2, t, 4, 8), (2, t, kv_heads, 8), (2, t, kv_heads, 8), (2, t, 4, 8)]
     q, k, v, cot = (_rand(rng, *shape).astype(np.float64) for shape in shapes)
 
-    def run(attend):
+    def run(attend, q, k, v):
         return jax.value_and_grad(lambda *a: jnp.sum(attend(*a) * cot), argnums=(0, 1, 2))(q, k, v)
+
+    @jax.jit  # both in one compiled program
+    def both(q, k, v):
+        return (
+            run(lambda *a: _attend_cpu(*a, None, None, True, 0.3), q, k, v),
+            run(lambda *a: _attend_explicit(*a, None, None, True, 0.3, 0.0, None), q, k, v),
+        )
 
     with jax.enable_x64(True):
         halves = jax.make_jaxpr(lambda *a: _attend_cpu(*a, None, None, True, 0.3))(q, k, v)
         assert str(halves).count("exp") == 2  # two softmaxes: two blocks
-        (v1, g1) = run(lambda *a: _attend_cpu(*a, None, None, True, 0.3))
-        (v2, g2) = run(lambda *a: _attend_explicit(*a, None, None, True, 0.3, 0.0, None))
+        (v1, g1), (v2, g2) = both(q, k, v)
         np.testing.assert_allclose(v1, v2, rtol=1e-12)
         for a, b in zip(g1, g2, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
