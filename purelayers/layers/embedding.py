@@ -143,7 +143,9 @@ def table_and_ids(layer: Any, params: Params, x: Any) -> tuple[jax.Array, jax.Ar
         )
     if concrete:
         check_range(name, ids, layer.num_embeddings)
-    return weight, jnp.asarray(ids)
+    # the caller's array as it is, or host ids placed on the device (``jnp.asarray`` of a
+    # NumPy array would compile a copy for every new shape)
+    return weight, x if isinstance(x, jax.Array) else jax.device_put(ids)
 
 
 def check_range(layer: str, ids: np.ndarray, n: int) -> None:
