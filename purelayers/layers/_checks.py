@@ -255,6 +255,21 @@ def is_float(x: Any) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jnp.floating)
 
 
+def as_array(x: Any) -> jax.Array:
+    """``x`` as a JAX array: a JAX array or tracer as it is, a NumPy array placed on the
+    default device (``jax.device_put``), anything else through ``jnp.asarray`` (Python
+    scalars stay weakly typed).
+
+    ``jnp.asarray`` of a NumPy array compiles a copy program for every new shape when it
+    runs eagerly (15-25 ms each on a 2-core CPU); ``device_put`` compiles nothing.
+    """
+    if isinstance(x, jax.Array):
+        return x
+    if isinstance(x, np.ndarray):
+        return jax.device_put(x)
+    return jnp.asarray(x)
+
+
 def summed_in_float32(p: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """A parameter ``p``, already shaped to broadcast against ``shape``, to be added to or
     multiplied with an array of that shape, so that its gradient adds in float32.

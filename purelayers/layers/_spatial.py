@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purelayers.layers._checks import LayerError, config_error
+from purelayers.layers._checks import LayerError, as_array, config_error
 
 _LAYOUTS = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}
 
@@ -67,7 +67,7 @@ def batched(layer: str, x: Any, nd: int) -> tuple[jax.Array, bool]:
     check_rank(layer, tuple(jnp.shape(x)), nd)
     if jnp.ndim(x) == nd + 1:
         return jnp.expand_dims(x, 0), True
-    return jnp.asarray(x), False
+    return as_array(x), False
 
 
 def need_nonempty(layer: str, x: jax.Array, first: int = 1, why: str = "") -> None:

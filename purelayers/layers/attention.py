@@ -32,6 +32,7 @@ import numpy as np
 
 from purelayers.layers._checks import (
     LayerError,
+    as_array,
     as_shape,
     check_float,
     check_int,
@@ -326,7 +327,7 @@ def scaled_dot_product_attention(
       least float32).
     """
     name = "scaled_dot_product_attention"
-    q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+    q, k, v = as_array(q), as_array(k), as_array(v)
     _check_qkv(q, k, v, name)
     check_float(name, "dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
     dtype = jnp.result_type(q, k, v)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purelayers.init import Initializer, normal
-from purelayers.layers._checks import LayerError, check_float, check_int, config_error
+from purelayers.layers._checks import LayerError, as_array, check_float, check_int, config_error
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.distance import _pnorm
 
@@ -143,9 +143,7 @@ def table_and_ids(layer: Any, params: Params, x: Any) -> tuple[jax.Array, jax.Ar
         )
     if concrete:
         check_range(name, ids, layer.num_embeddings)
-    # the caller's array as it is, or host ids placed on the device (``jnp.asarray`` of a
-    # NumPy array would compile a copy for every new shape)
-    return weight, x if isinstance(x, jax.Array) else jax.device_put(ids)
+    return weight, as_array(x if isinstance(x, jax.Array) else ids)
 
 
 def check_range(layer: str, ids: np.ndarray, n: int) -> None:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
-from purelayers.layers._checks import ConfigTypeError, as_shape, check_int, need_key
+from purelayers.layers._checks import ConfigTypeError, as_array, as_shape, check_int, need_key
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 
@@ -35,7 +35,7 @@ def decoder_inputs(
     """A decoder's ``(ids, positions, mask)``: ``input_ids`` checked to be ``(batch,
     seq)``, and ``positions_and_mask`` at the cache's length (a ``Repeat``'s stacked
     cache: every block's length is the same)."""
-    ids = jnp.asarray(input_ids)
+    ids = as_array(input_ids)
     if ids.ndim != 2:
         raise LayerError(layer, "input_ids must be (batch, seq);", 2, ids.ndim)
     if cache is None:

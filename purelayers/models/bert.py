@@ -48,7 +48,7 @@ from purelayers.layers import (
     SiLU,
     Tanh,
 )
-from purelayers.layers._checks import as_shape, check_choice, check_float, check_int
+from purelayers.layers._checks import as_array, as_shape, check_choice, check_float, check_int
 from purelayers.models._config import Config
 from purelayers.models._parts import fold, init_children
 
@@ -211,7 +211,7 @@ class BertEmbeddings(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        input_ids = jnp.asarray(input_ids)
+        input_ids = as_array(input_ids)
         if token_type_ids is None:
             token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
         positions = jnp.arange(input_ids.shape[1])[None, :]
@@ -506,7 +506,7 @@ class BertModel(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> tuple[jax.Array, jax.Array]:
-        input_ids = jnp.asarray(input_ids)
+        input_ids = as_array(input_ids)
         self._check_ids(input_ids.shape)
         for what, value in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if value is not None and jnp.shape(value) != input_ids.shape:

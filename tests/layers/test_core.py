@@ -293,3 +293,42 @@ def test_sequential_indexing_by_position_name_and_slice():
     assert numbered.names == ("1", "2")
     params = tail.init(jax.random.key(0), (3, 4))
     assert list(pl.params.flatten(params)) == ["out.weight", "out.bias"]
+
+
+def test_host_arrays_are_placed_without_compiling_a_copy():
+    """A NumPy array handed to an eager call is placed on the device as it is: no
+    ``jit(stage)`` copy program is compiled for it (``jnp.asarray`` of a NumPy array
+    compiles one per new shape). ``as_array`` returns JAX arrays and tracers unchanged and
+    keeps a Python scalar weakly typed; the layers that take host ids or inputs
+    (``Embedding``, a batched convolution input, ``scaled_dot_product_attention``)
+    compile only their own ops."""
+    from purelayers.layers._checks import as_array
+
+    compiled: list[str] = []
+
+    def listen(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(kw.get("fun_name"))
+
+    rng = np.random.default_rng(0)
+    emb = L.Embedding(50, 4)
+    conv = L.Conv1d(3, 2)
+    emb_params = emb.init(jax.random.key(0), (2, 3))
+    conv_params = conv.init(jax.random.key(1), (2, 4, 9))
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        placed = as_array(rng.standard_normal((3, 13)).astype(np.float32))
+        ids = emb.apply(emb_params, rng.integers(0, 50, (3, 17)))
+        y = conv.apply(conv_params, rng.standard_normal((2, 4, 19)).astype(np.float32))
+        q = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)
+        att = L.scaled_dot_product_attention(q, q, q)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiled, "the layers' own ops compile"
+    assert "jit(stage)" not in compiled, compiled
+    assert placed.shape == (3, 13) and placed.dtype == jnp.float32
+    assert ids.shape == (3, 17, 4) and y.shape == (2, 3, 18) and att.shape == q.shape
+    already = jnp.ones(3)
+    assert as_array(already) is already
+    jax.jit(lambda a: as_array(a) * 2)(already)  # a tracer passes through
+    assert as_array(2.0).weak_type and as_array([1, 2]).dtype == jnp.int32
