@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purelayers.layers import Repeat
+from purelayers.layers._checks import as_array
 
 __all__ = ["generate", "sample_logits"]
 
@@ -231,4 +232,4 @@ def generate(
         token, finished, cache = ahead
     if streamer is not None:
         streamer.end()
-    return jax.device_put(np.concatenate(out, axis=1))  # placed: no copy to compile
+    return as_array(np.concatenate(out, axis=1))
