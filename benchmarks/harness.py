@@ -23,7 +23,7 @@ import numpy as np
 
 from benchmarks.workloads import loss_from_logits
 
-__all__ = ["JaxModel", "JaxRunner", "TorchModel", "TorchRunner", "median_spread"]
+__all__ = ["CpuUse", "JaxModel", "JaxRunner", "TorchModel", "TorchRunner", "median_spread"]
 
 LEARNING_RATE = 1e-3
 
@@ -300,3 +300,44 @@ def median_spread(samples: list[float]) -> dict[str, float]:
         "iqr_rel": iqr / med if med else 0.0,
         "n": len(s),
     }
+
+
+@dataclasses.dataclass
+class CpuUse:
+    """The process's CPU time and minor page faults over timed calls, summed.
+
+    ``getrusage`` counts every thread of the process: XLA's and PyTorch's worker threads,
+    and threads spinning while they wait for work, so ``cores_busy`` is an upper bound on
+    the cores doing arithmetic. ``kernel_share`` is the part of that time spent in the
+    kernel, mostly first touches of freshly mapped memory; ``faults_per_step`` counts
+    those first touches."""
+
+    wall_s: float = 0.0
+    user_s: float = 0.0
+    system_s: float = 0.0
+    minor_faults: int = 0
+    steps: int = 0
+
+    def timed(self, run: Callable[[int], float], n: int) -> float:
+        """``run(n)`` (seconds per step), its CPU time and faults added to the sums."""
+        before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        per_step = run(n)
+        after, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        self.wall_s += t1 - t0
+        self.user_s += after.ru_utime - before.ru_utime
+        self.system_s += after.ru_stime - before.ru_stime
+        self.minor_faults += after.ru_minflt - before.ru_minflt
+        self.steps += n
+        return per_step
+
+    def figures(self) -> dict[str, float]:
+        """``cores_busy`` (CPU seconds per wall second), ``kernel_share`` (of the CPU
+        time) and ``faults_per_step``; empty before any timed call."""
+        cpu = self.user_s + self.system_s
+        if not self.steps or self.wall_s <= 0:
+            return {}
+        return {
+            "cores_busy": cpu / self.wall_s,
+            "kernel_share": self.system_s / cpu if cpu > 0 else 0.0,
+            "faults_per_step": self.minor_faults / self.steps,
+        }

@@ -59,6 +59,15 @@ def _cell(results: dict, name: str, impl: str, key: str) -> float | None:
     return r.get(key)
 
 
+def _cpu_use(results: dict, name: str, impl: str) -> str:
+    busy = _cell(results, name, impl, "cores_busy")
+    if busy is None:
+        return "-"
+    share = _cell(results, name, impl, "kernel_share")
+    faults = _cell(results, name, impl, "faults_per_step")
+    return f"{busy:.2f} / {100 * share:.0f}% / {faults:,.0f}"
+
+
 def _step_rows(data: dict, impls: list[str]) -> list[list[str]]:
     rows = []
     for name, row in data["results"].items():
@@ -175,6 +184,16 @@ def markdown(data: dict) -> str:
                 ]
                 for n in results
             ],
+        ),
+        "",
+        "### CPU use during the timed steps: cores busy / kernel share / page faults per step",
+        "",
+        "CPU seconds of the whole process per wall second (worker threads spinning while "
+        "they wait count too), the part of them spent in the kernel, and minor page faults "
+        "(first touches of freshly mapped memory) per step.",
+        "",
+        _table(
+            ["workload", *impls], [[n, *(_cpu_use(results, n, i) for i in impls)] for n in results]
         ),
         "",
         "### Same model everywhere: parameter count / initial loss",

@@ -20,6 +20,10 @@ copied by name) and must report the same initial loss. Measured:
   ``block_until_ready``. Each sample runs enough consecutive steps to last about
   ``--target-ms``; implementations take turns within every round (rotating order), so
   load changes hit all of them alike. Reported: median over rounds and the IQR.
+- CPU use over those timed steps (``harness.CpuUse``): CPU seconds per wall second
+  (threads spinning while they wait count too), the share of it spent in the kernel and
+  the minor page faults per step, which show where a step leaves cores idle or pays for
+  first touches of freshly mapped memory.
 - first call: trace + compile + first step, in fresh subprocesses per implementation
   (``--fresh``, default 3; the median; each with an empty Inductor cache, so
   ``torch-compile``'s is a cold compile).
@@ -230,7 +234,7 @@ def _median_first_call(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.harness import median_spread
+    from benchmarks.harness import CpuUse, median_spread
 
     w = workloads.get(name, quick=args.quick)
     x, y = w.data()
@@ -270,10 +274,11 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
         per_step = r.run(1)
         reps[impl] = 1 if args.quick else max(1, round(args.target_ms / 1e3 / per_step))
     samples: dict[str, list[float]] = {impl: [] for impl in runners}
+    use = {impl: CpuUse() for impl in runners}
     names = list(runners)
     for k in range(args.repeats):
         for impl in names[k % len(names) :] + names[: k % len(names)]:
-            samples[impl].append(runners[impl].run(reps[impl]))
+            samples[impl].append(use[impl].timed(runners[impl].run, reps[impl]))
     for impl in runners:
         stats = median_spread(samples[impl])
         out[impl].update(
@@ -283,6 +288,7 @@ def bench_workload(name: str, impls: list[str], args: argparse.Namespace) -> dic
             step_iqr_rel=stats["iqr_rel"],
             samples=len(samples[impl]),
             steps_per_sample=reps[impl],
+            **use[impl].figures(),
         )
     runners.clear()
     gc.collect()

@@ -60,8 +60,46 @@ def test_quick_run_of_every_implementation_writes_json_and_table(tmp_path, capsy
             assert row[impl]["step_ms"] > 0
         for impl in ("purelayers", "jax"):
             assert row[impl]["peak_mb"] > 0
+        for impl in ("purelayers", "jax", *PEERS):
+            assert row[impl]["cores_busy"] > 0, (name, impl)
+            assert 0 <= row[impl]["kernel_share"] <= 1, (name, impl)
+            assert row[impl]["faults_per_step"] >= 0, (name, impl)
     text = capsys.readouterr().out
     assert "purelayers / fastest peer" in text and text.strip() == md.read_text().strip()
+    assert "### CPU use during the timed steps" in text
+
+
+def test_cpu_use_counts_cpu_time_and_first_touches():
+    """A step that spins keeps a core busy, one that sleeps does not, and one that
+    writes a freshly mapped 64 MiB array faults its pages in (4 KiB pages: 16,384 faults;
+    fewer, but at least one, with transparent huge pages)."""
+    import time
+
+    def spin(n):
+        for _ in range(n):
+            end = time.perf_counter() + 0.05
+            while time.perf_counter() < end:
+                pass
+        return 0.05
+
+    def sleep(n):
+        time.sleep(0.05 * n)
+        return 0.05
+
+    def touch(n):
+        for _ in range(n):
+            np.ones(64 * 2**20 // 8)  # float64: 64 MiB, mapped afresh by the allocator
+        return 0.0
+
+    busy, idle, fresh = harness.CpuUse(), harness.CpuUse(), harness.CpuUse()
+    assert busy.figures() == {}
+    assert busy.timed(spin, 4) == 0.05 and idle.timed(sleep, 4) == 0.05
+    fresh.timed(touch, 2)
+    assert busy.steps == 4 and busy.wall_s >= 0.2
+    assert busy.figures()["cores_busy"] > 0.3  # one spinning thread, less on a loaded host
+    assert idle.figures()["cores_busy"] < 0.2
+    assert fresh.figures()["faults_per_step"] >= 1
+    assert fresh.figures()["kernel_share"] > 0
 
 
 def test_xla_options_reach_every_compiled_step_and_the_report(tmp_path):
