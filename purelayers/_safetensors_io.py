@@ -36,6 +36,8 @@ from purelayers import _atomic
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 ORDER_KEY = "purelayers.order"  # metadata: the JSON list of names in their saved order
+ALIASES_KEY = "purelayers.aliases"  # metadata: the JSON {alias: original} of tied names written
+RESERVED = (ORDER_KEY, ALIASES_KEY)
 SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 
 # The dtypes checkpoints hold, under the package's own codes ("F32", "BF16", ...).
@@ -359,8 +361,21 @@ def scan_file(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 def read_metadata(path: Path) -> dict[str, str]:
     """The ``__metadata__`` of one safetensors file (only its header is read)."""
     meta = dict(_open(Path(path), lambda f: f.metadata()) or {})
-    meta.pop(ORDER_KEY, None)
+    for key in RESERVED:
+        meta.pop(key, None)
     return meta
+
+
+def aliases(meta: Mapping[str, str]) -> dict[str, str]:
+    """The ``{alias: original}`` a file records under ``ALIASES_KEY`` (none if absent or
+    not a JSON object of names)."""
+    try:
+        found = json.loads(meta.get(ALIASES_KEY, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def read_index(path: Path) -> dict[str, str]:

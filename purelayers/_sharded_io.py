@@ -95,7 +95,8 @@ def load_sharded(
     missing and unexpected key; shape mismatches are one ``ValueError`` naming each;
     values are cast to the template's dtype. With ``strict=False``, names missing from
     the file keep the template's value (placed on its sharding), which needs a
-    concrete template array there. ``model`` gives the tied names (``params.load_into``).
+    concrete template array there. ``model`` gives the tied names, as does a file written with ``write_aliases=True``
+    (``params.load_into``).
     A ``Repeat``'s stacked blocks are read block by block into their stacked arrays.
 
     Returns:
@@ -119,15 +120,22 @@ def load_sharded(
             f"{[k for k in names if k not in placement]}; without a template array: "
             f"{[k for k in placement if k not in names]}"
         )
+    recorded: dict[str, str] = {}  # tied names the file records (save's write_aliases)
     if tensors is None:  # (given: a file's tensors already matched to other names)
-        tensors = _io.scan(path)[0]
+        tensors, meta = _io.scan(path)
+        recorded = _io.aliases(meta)
 
     def equal(a: str, b: str) -> bool:
         dtype = tensors[b].dtype
         return bool(np.array_equal(tensors[a].read(dtype=dtype), tensors[b].read(dtype=dtype)))
 
     source, keys = _params._match(
-        names, tensors, strict=strict, who=who, aliases=_params._aliases(model, who), equal=equal
+        names,
+        tensors,
+        strict=strict,
+        who=who,
+        aliases={**recorded, **_params._aliases(model, who)},
+        equal=equal,
     )
     templates = [params] if state is None else [params, state]
     is_abstract = {}

@@ -16,6 +16,7 @@ Optimizer labels and masks by name: ``label(params, rules)`` and ``mask(params, 
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Callable, Mapping
@@ -410,8 +411,9 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
                 f"save: metadata must map str to str, got {k!r}: {v!r} "
                 f"({type(k).__name__} to {type(v).__name__}); convert it, e.g. str(value)"
             )
-    if _io.ORDER_KEY in (metadata or {}):
-        raise ValueError(f"save: metadata key {_io.ORDER_KEY!r} is reserved for the name order")
+    for key, use in zip(_io.RESERVED, ("the name order", "the tied names"), strict=True):
+        if key in (metadata or {}):
+            raise ValueError(f"save: metadata key {key!r} is reserved for {use}")
     # "format": "pt" is what Hugging Face loaders expect of a torch-layout file.
     return {"format": "pt", **(metadata or {})}
 
@@ -461,8 +463,10 @@ def save(
         out the header itself, by dtype and then name.
       write_aliases: also write each of ``model``'s tied names (``model.aliases()``)
         with its original's values, for torch's strict ``load_state_dict``, which
-        expects both names of a tied weight. Default ``False``: the original only, as
-        Hugging Face writes tied weights.
+        expects both names of a tied weight. The file records which names are aliases
+        (metadata key ``"purelayers.aliases"``, reserved and hidden from
+        ``load_metadata``), so ``load_into`` reads it back without ``model``. Default
+        ``False``: the original only, as Hugging Face writes tied weights.
 
     Returns:
       the path written: the file, or the index file of a sharded checkpoint.
@@ -477,10 +481,13 @@ def save(
     if write_aliases:
         if model is None:
             raise ValueError("save: write_aliases=True needs model= (the layer that ties them)")
+        written: dict[str, str] = {}
         for alias, original in _aliases(model, "save").items():
             if original not in flat:
                 raise ValueError(f"save: {original!r}, the original of {alias!r}, is not in params")
             flat[alias] = flat[original]
+            written[alias] = original
+        meta[_io.ALIASES_KEY] = json.dumps(written, separators=(",", ":"))
     flat = _in_model_order(model, flat)
     entries = [_entry(k, v) for k, v in flat.items()]
     target = Path(path)
@@ -553,8 +560,9 @@ def load_into(
     naming each; values are cast to the templates' dtypes (``int64`` counters to
     ``int32``). With ``strict=False`` (a backbone under a new head), unmatched names
     keep the template's values and are reported by a ``CheckpointWarning``, or returned
-    as ``IncompatibleKeys`` with ``return_keys=True``. With ``model``, its tied names
-    load as ``load_state_dict`` describes: a file with or without the alias.
+    as ``IncompatibleKeys`` with ``return_keys=True``. Tied names load as
+    ``load_state_dict`` describes (a file with or without the alias): those of
+    ``model``, and those a file written by ``save(..., write_aliases=True)`` records.
 
     Returns:
       ``params``; ``(params, state)`` when a ``state`` template is given; with
@@ -570,7 +578,7 @@ def load_into(
       >>> bool(jnp.array_equal(loaded["2"]["weight"], params["2"]["weight"]))
       True
     """
-    flat = _io.scan(path)[0]
+    flat, meta = _io.scan(path)
     who = f"load_into({os.fspath(path)!r})"
     names = _specs(params)
     if state is not None:
@@ -580,7 +588,7 @@ def load_into(
         flat,
         strict=strict,
         who=who,
-        aliases=_aliases(model, who),
+        aliases={**_io.aliases(meta), **_aliases(model, who)},
         equal=_equal_values(flat),
     )
     get = _filler(flat, source)

@@ -4,6 +4,7 @@ torch with every torch parameter and buffer randomized (default inits hide mappi
 mistakes: zeros biases, ones norm weights)."""
 
 import copy
+import json
 from collections import OrderedDict
 
 import jax
@@ -215,6 +216,13 @@ def test_tied_save_and_load_files(torch, tmp_path):
     assert set(flat) == set(tm.state_dict())
     np.testing.assert_array_equal(flat["lm_head.weight"], flat["wte.weight"])
     jax.tree.map(np.testing.assert_array_equal, P.load_into(full, template, model=lm), params)
+    # The file records which names are aliases, so it reads back without the model too,
+    # sharded or not; the record stays out of the user's metadata.
+    jax.tree.map(np.testing.assert_array_equal, P.load_into(full, template), params)
+    assert P.load_metadata(full) == {"format": "pt"}
+    shards = P.save(tmp_path / "shards", params, model=lm, write_aliases=True, max_shard_bytes=256)
+    assert "lm_head.weight" in P.load(shards)
+    jax.tree.map(np.testing.assert_array_equal, P.load_into(shards, template), params)
     twin = _torch_tied_lm(torch, seed=2)  # other weights, then the file's
     twin.load_state_dict(flat, strict=True)
     assert twin.lm_head.weight is twin.wte.weight
@@ -240,6 +248,15 @@ def test_tied_alias_that_differs_from_its_original_is_an_error(torch, tmp_path):
     safetensors_numpy.save_file(flat, str(path))
     with pytest.raises(ValueError, match=pattern):
         P.load_into(path, template, model=lm)
+    # A file that records the alias (as ``save(..., write_aliases=True)`` writes it) is
+    # checked the same way without the model.
+    recorded = tmp_path / "recorded.safetensors"
+    meta = {"purelayers.aliases": json.dumps({"lm_head.weight": "wte.weight"})}
+    safetensors_numpy.save_file(flat, str(recorded), metadata=meta)
+    with pytest.raises(ValueError, match=pattern):
+        P.load_into(recorded, template)
+    with pytest.raises(KeyError, match=r"unexpected keys: \['lm_head\.weight'\]"):
+        P.load_into(path, template)  # nothing tells the file's alias from a stray name
 
 
 # -- 3. Repeat ---------------------------------------------------------------------------------
