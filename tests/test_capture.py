@@ -151,3 +151,23 @@ def test_bad_patterns():
         pl.capture(_model().apply)
     with pytest.raises(ValueError, match=r"^capture: patterns\[1\] pattern 're:\(' is not a valid"):
         pl.capture(_model().apply, "x", "re:(")
+
+
+def test_a_jitted_function_is_refused_not_captured_empty():
+    """A capture around an already-jitted function cannot see its sublayers (they run in
+    the function's own trace, and a second call comes back from the compilation cache
+    without tracing): ``fn`` jitted is refused, and values recorded inside a jitted
+    callee (dead tracers) are an error, where the other order, ``jit(capture(...))``,
+    works."""
+    model = _model()
+    params = model.init(KEY, (2, 5))
+    x = jax.random.normal(jax.random.key(1), (2, 5))
+    jitted = jax.jit(model.apply)
+    with pytest.raises(ValueError, match=r"^capture: fn is already jitted .*jax\.jit\(pl\.capture"):
+        pl.capture(jitted, "head")
+    with pytest.raises(
+        ValueError, match=r"^capture: the values of \['head'\] were recorded inside"
+    ):
+        pl.capture(lambda p, v: jitted(p, v), "head")(params, x)
+    out, values = jax.jit(pl.capture(model.apply, "head"))(params, x)
+    np.testing.assert_array_equal(values["head"], out)

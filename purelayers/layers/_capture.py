@@ -108,7 +108,9 @@ def capture(fn: Callable[..., Any], *patterns: str) -> Callable[..., Any]:
     or ``"re:<regex>"``. The value is what the sublayer returned (``(y, new_state)``
     for a layer given ``state=``). Works eagerly and under ``jax.jit``, ``jax.grad``
     and ``jax.vmap`` of the captured function; the model and its plain ``apply`` are
-    unchanged, and a name that matches no sublayer is simply absent.
+    unchanged, and a name that matches no sublayer is simply absent. ``fn`` itself
+    must not be jitted (a ``ValueError`` says so): a compiled function's sublayers run
+    in its own trace, out of the capture's sight; jit the captured function instead.
 
     Example::
 
@@ -121,6 +123,8 @@ def capture(fn: Callable[..., Any], *patterns: str) -> Callable[..., Any]:
     """
     if not patterns:
         raise ValueError("capture: give at least one pattern (a sublayer name or glob)")
+    if callable(getattr(fn, "lower", None)) and hasattr(fn, "__wrapped__"):
+        raise ValueError(f"capture: fn is already jitted ({_JITTED_HINT})")
     for i, p in enumerate(patterns):
         check_pattern(p, f"capture: patterns[{i}]")
 
@@ -132,9 +136,35 @@ def capture(fn: Callable[..., Any], *patterns: str) -> Callable[..., Any]:
         rec = _Recorder(wanted)
         with _activated(rec):
             out = fn(*args, **kwargs)
+        _check_not_leaked(out, rec.values)
         return out, dict(rec.values)
 
     return captured
+
+
+_JITTED_HINT = (
+    "a compiled function runs its sublayers inside its own trace, which a capture "
+    "around it cannot see; capture the plain function and jit the result: "
+    "jax.jit(pl.capture(model.apply, ...))"
+)
+
+
+def _check_not_leaked(out: Any, values: dict[str, Any]) -> None:
+    """Values recorded inside a ``jax.jit`` that ``fn`` calls (rather than one around
+    the capture) are that trace's tracers, dead once it returns: an error, not a
+    result that fails later or comes back empty from the compilation cache."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(out)):
+        return  # under a transformation of the captured function: values are its tracers
+    leaked = [
+        name
+        for name, value in values.items()
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value))
+    ]
+    if leaked:
+        raise ValueError(
+            f"capture: the values of {leaked} were recorded inside a jitted function that "
+            f"fn calls ({_JITTED_HINT})"
+        )
 
 
 def _block_name(rec: _Recorder, i: int, rest: str) -> str:
