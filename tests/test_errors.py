@@ -60,7 +60,7 @@ TESTED_ELSEWHERE = {
     "sharding.py": (19, "tests/test_sharding.py"),
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
-    "layers/_capture.py": (1, "tests/test_capture.py"),
+    "layers/_capture.py": (3, "tests/test_capture.py"),
     "lora.py": (10, "tests/test_lora.py"),
     "_lora_wrap.py": (7, "tests/test_lora.py"),
     "_lora_layers.py": (6, "tests/test_lora.py"),
@@ -239,6 +239,14 @@ def _mha_cache(cache_shape, x_shape=(1, 3, 8), **kw):
     params = layer.init(KEY, (1, 3, 8))
     cache = layer.init_cache(cache_shape)
     return layer.apply(params, jnp.zeros(x_shape), cache=cache)
+
+
+def _mha_cache_overflow():
+    """Eager calls (a concrete cached length): 3 positions, then 3 more into a cache of 4."""
+    layer = L.MultiHeadAttention(2, causal=True)
+    params = layer.init(KEY, (1, 3, 8))
+    _, cache = layer.apply(params, jnp.zeros((1, 3, 8)), cache=layer.init_cache((1, 4, 8)))
+    return layer.apply(params, jnp.zeros((1, 3, 8)), cache=cache)
 
 
 @traced
@@ -662,6 +670,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"\(\(2, 4, 2, 4\), \(2, 4, 2, 4\)\)\n  make it with init_cache"),
     ("mha-cache-too-short", lambda: _mha_cache((1, 2, 8)), LayerError,
      r"^MultiHeadAttention: sequence length at most max_len expected 2, got 3$"),
+    ("mha-cache-overflow", _mha_cache_overflow, LayerError,
+     r"^MultiHeadAttention: cached length plus new positions at most max_len expected 4, "
+     r"got 3 \+ 3 = 6\n  the cache is full; make a longer one with init_cache$"),
     # -- transformer and repeat --------------------------------------------------------
     ("block-mlp-ratio", lambda: L.TransformerBlock(2, mlp_ratio=0), ValueError,
      r"^TransformerBlock: mlp_ratio must be > 0, got 0$"),

@@ -554,7 +554,11 @@ class AttentionCore(Layer):
             layer=layer,
         )
         out = out.reshape(b, t, h * v.shape[-1])
-        return out if cache is None else (out, cache)
+        if cache is None:
+            return out
+        # Past max_len the write above would land on earlier positions (a dynamic update
+        # slice clamps its start); traced, that cannot raise, so the output is NaN.
+        return jnp.where(cache["length"] <= k.shape[1], out, jnp.nan).astype(out.dtype), cache
 
     def _write_cache(self, cache, k, v, offset, layer):
         keys, values = cache["keys"], cache["values"]
@@ -571,6 +575,15 @@ class AttentionCore(Layer):
             )
         if t > keys.shape[1]:
             raise LayerError(layer, "sequence length at most max_len", keys.shape[1], t)
+        end = offset + t
+        if not isinstance(end, jax.core.Tracer) and int(end) > keys.shape[1]:
+            raise LayerError(
+                layer,
+                "cached length plus new positions at most max_len",
+                keys.shape[1],
+                f"{int(offset)} + {t} = {int(end)}",
+                "the cache is full; make a longer one with init_cache",
+            )
         zero = jnp.zeros((), jnp.int32)
         at = (zero, offset, zero, zero)
         keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), at)

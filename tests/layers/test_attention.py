@@ -609,6 +609,23 @@ def test_cache_errors():
         layer.apply(params, jnp.zeros((2, 1, 8)), cache=layer.init_cache((1, 4, 8)))
 
 
+def test_a_full_cache_raises_eagerly_and_gives_nan_under_jit():
+    """Positions past ``max_len`` would overwrite earlier ones (a dynamic update slice
+    clamps its start): eagerly an error, traced (where the cached length is not known)
+    a NaN output, never the wrong numbers; within the cache the output is finite."""
+    layer = MultiHeadAttention(2, causal=True)
+    params = layer.init(jax.random.key(0), (1, 3, 8))
+    x = jax.random.normal(jax.random.key(1), (1, 3, 8))
+    _, cache = layer.apply(params, x, cache=layer.init_cache((1, 4, 8)))
+    with pytest.raises(ValueError, match=r"cached length plus new positions at most max_len"):
+        layer.apply(params, x[:, :2], cache=cache)
+    step = jax.jit(lambda p, x, c: layer.apply(p, x, cache=c))
+    y, _ = step(params, x[:, :1], cache)
+    assert np.isfinite(np.asarray(y)).all()
+    y, full = step(params, x[:, :2], cache)
+    assert np.isnan(np.asarray(y)).all() and int(full["length"]) == 5
+
+
 @pytest.mark.parametrize("kind", ["bool", "float"])
 def test_cached_decoding_with_a_key_mask(kind):
     """A mask over the cache's max_len keys combines with the cache's causal mask."""
