@@ -122,7 +122,8 @@ def block(torch, e, h, *, kv=None, llama=False, hidden=None, act="gelu", attn=No
     """``TransformerBlock``: pre-norm ``ln1``, ``attn``, ``ln2``, ``fc``, ``proj``.
     GPT-2 style by default (LayerNorm, causal fused attention, biases, GELU); ``llama``:
     RMSNorm, RoPE, grouped-query attention, SwiGLU with ``fc`` packing gate then up, no
-    biases. ``attn``: another attention twin in place of the default."""
+    biases. ``attn``: another attention twin in place of the default. ``act="prelu"``:
+    a ``PReLU`` module ``act`` between ``fc`` and ``proj``."""
     nn, F = torch.nn, torch.nn.functional
     hidden = hidden or 4 * e
 
@@ -137,6 +138,8 @@ def block(torch, e, h, *, kv=None, llama=False, hidden=None, act="gelu", attn=No
             )  # fmt: skip
             self.ln2 = norm()
             self.fc = nn.Linear(e, hidden * (2 if llama else 1), bias=not llama)
+            if act == "prelu":
+                self.act = nn.PReLU()
             self.proj = nn.Linear(hidden, e, bias=not llama)
 
         def forward(self, x):
@@ -145,6 +148,8 @@ def block(torch, e, h, *, kv=None, llama=False, hidden=None, act="gelu", attn=No
             if llama:
                 gate, up = z.chunk(2, -1)
                 z = F.silu(gate) * up
+            elif act == "prelu":
+                z = self.act(z)
             else:
                 z = F.gelu(z, approximate="tanh" if act == "gelu_tanh" else "none")
             return x + self.proj(z)

@@ -29,6 +29,8 @@ __all__ = ["TransformerBlock"]
 
 _NORMS = ("layernorm", "rmsnorm")
 _ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "swiglu")
+# Each part's init key (a fold_in index), fixed by name, not by position.
+_KEY_INDEX = {"ln1": 0, "attn": 1, "ln2": 2, "fc": 3, "proj": 4, "act": 5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,9 @@ class TransformerBlock(Layer):
     ``activation`` and ``attn`` (any attention layer taking ``mask``, ``key``,
     ``train`` and ``cache``: ``MultiHeadAttention``, ``Attention``,
     ``InProjAttention``). A gated ``activation`` (``SwiGLU``, ``halves_width``) gets an
-    ``fc`` of twice the hidden width, gate rows first. ``norm`` and ``activation`` also
+    ``fc`` of twice the hidden width, gate rows first. The activation is the child
+    ``act``, between ``fc`` and ``proj``: one with parameters (``PReLU``) keeps them
+    under ``act.*``. ``norm`` and ``activation`` also
     take the names ``"layernorm"``/``"rmsnorm"`` and ``"gelu"``/``"gelu_tanh"``/
     ``"relu"``/``"swiglu"``, which become those layers (with ``norm_eps`` and ``bias``).
 
@@ -195,6 +199,7 @@ class TransformerBlock(Layer):
             "attn": self.attn,
             "ln2": self.norm,
             "fc": Linear(width, bias=self.bias),
+            "act": self.activation,
             "proj": Linear(embed_dim, bias=self.bias),
         }
 
@@ -210,11 +215,15 @@ class TransformerBlock(Layer):
             )
         e = need_embed("TransformerBlock", shape)
         parts = self.parts(e)
-        inputs = {"fc": (*shape[:-1], e), "proj": (*shape[:-1], self.hidden(e))}
+        width = parts["fc"].out_features
+        inputs = {"fc": (*shape[:-1], e), "act": (*shape[:-1], width)}
+        inputs["proj"] = (*shape[:-1], self.hidden(e))
         out: Params = {}
-        for i, (name, layer) in enumerate(parts.items()):
+        for name, layer in parts.items():
             try:
-                p = layer.init(jax.random.fold_in(key, i), inputs.get(name, shape), dtype)
+                p = layer.init(
+                    jax.random.fold_in(key, _KEY_INDEX[name]), inputs.get(name, shape), dtype
+                )
             except LayerError as err:
                 raise err.within("TransformerBlock", name) from None
             if p:
@@ -253,7 +262,7 @@ class TransformerBlock(Layer):
         x = x + (h if p == 0.0 else _dropout(h, p, keys[1]))
 
         h = self.call("ln2", params, x)
-        h = self.activation.apply({}, self.call("fc", params, h))
+        h = self.call("act", params, self.call("fc", params, h))
         h = self.call("proj", params, h)
         x = x + (h if p == 0.0 else _dropout(h, p, keys[2]))
         return x if cache is None else (x, cache)

@@ -49,6 +49,25 @@ def test_gpt_block_with_tanh_gelu_matches_torch(torch):
     )
 
 
+def test_activation_with_parameters_is_the_child_act(torch):
+    """An activation with parameters (``PReLU``) is the block's child ``act``: its weight
+    is ``act.weight``, between ``fc`` and ``proj`` as torch registers it, it trains, and
+    the other parts keep the weights they have with a parameter-free activation."""
+    block = TransformerBlock(2, activation=L.PReLU())
+    params = block.init(jax.random.key(0), (3, 5, 8))
+    assert list(P.flatten(params)) == [*TWELVE[:10], "act.weight", *TWELVE[10:]]
+    plain = TransformerBlock(2, activation="relu").init(jax.random.key(0), (3, 5, 8))
+    jax.tree.map(np.testing.assert_array_equal, P.flatten(plain), {
+        k: v for k, v in P.flatten(params).items() if k != "act.weight"
+    })  # fmt: skip
+    module = twins.randomize(torch, twins.block(torch, 8, 2, act="prelu"))
+    assert list(module.state_dict()) == list(P.flatten(params))
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    pl.testing.assert_matches_torch(block, module, x, rtol=1e-4, atol=1e-5)
+    _, acts = pl.capture(block.apply, "act")(params, x)
+    assert acts["act"].shape == (2, 5, 32)
+
+
 def test_llama_constructor_is_the_registry_block():
     """``TransformerBlock.llama`` is the registry's Llama block (checked against torch
     there), with six names."""
