@@ -480,6 +480,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Conv2d: padding='same' needs stride 1 \(as torch\), got stride=\(2, 2\)$"),
     ("conv-padding-mode", lambda: L.Conv2d(4, 3, padding_mode="wrap"), ValueError,
      r"^Conv2d: padding_mode must be one of .*, got 'wrap'$"),
+    ("convT-padding-mode", lambda: L.ConvTranspose2d(4, 3, padding_mode="reflect"), ValueError,
+     r"^ConvTranspose2d: padding_mode must be 'zeros' \(torch's transposed convolutions take "
+     r"no other\), got 'reflect'$"),
     ("convt-output-padding",
      lambda: L.ConvTranspose2d(4, 3, stride=2, output_padding=2), ValueError,
      r"^ConvTranspose2d: output_padding must be smaller than either stride or "

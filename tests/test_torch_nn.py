@@ -91,3 +91,77 @@ def test_readme_table_lists_every_torch_class(torch):
 @pytest.mark.parametrize("torch_name, ours", sorted(RENAMED.items()))
 def test_renamed_are_layers(torch_name, ours):
     assert issubclass(getattr(L, ours), L.Layer)
+
+
+# Constructor arguments that differ from torch's on purpose: input widths are read from
+# init's shape, ``dim`` is ``axis`` as in the rest of the library, a sync norm reduces
+# over a named axis rather than a process group; Hardtanh's ``min_value``/``max_value``
+# are torch's deprecated spellings of ``min_val``/``max_val``.
+WIDTHS = {
+    "in_features", "in1_features", "in2_features", "in_channels", "input_size",
+    "num_features", "num_channels", "normalized_shape", "d_model", "embed_dim",
+}  # fmt: skip
+ARG_RENAMED = {"dim": "axis", "process_group": "axis_name"}
+DEPRECATED = {"min_value", "max_value"}
+# Classes whose constructors differ further, on purpose.
+ARGS_DIFFER = {
+    "SyncBatchNorm": "axis_name (torch's last argument, process_group) is its first: the "
+    "one the layer is for",
+    "MultiheadAttention": "InProjAttention is torch's module with batch_first=True, the "
+    "library's (batch, seq, E) layout, and has no batch_first switch",
+}
+
+
+def _public_args(signature) -> list:
+    return [
+        p
+        for p in signature.parameters.values()
+        if p.name not in ("self", "device", "dtype")
+        and not p.name.startswith("_")
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def _spelled(name: str, ours) -> str:
+    """torch's argument ``name`` as ours spells it (``dim`` is ours where we say ``axis``)."""
+    return name if name in ours else ARG_RENAMED.get(name, name)
+
+
+def test_constructor_arguments_follow_torch(torch):
+    """Every public argument of a torch class's constructor is one of ours, by the same
+    name (but for ``WIDTHS``, ``ARG_RENAMED`` and ``DEPRECATED``). Where torch's
+    constructor starts with no input width, its positional arguments are ours in order
+    (``MaxPool2d(3, 2, 1, 2)`` has dilation 2, ``Embedding(10, 3, 0)`` padding_idx 0, as
+    in torch); where it starts with one, ours are a prefix of the rest, the others
+    keyword-only (so ``Conv2d(3, 16, 3, 1, 1)`` copied from torch is a ``TypeError``,
+    not a layer with other meanings)."""
+    problems = []
+    for name in torch_layer_classes(torch):
+        if name in LEFT_OUT or name in ARGS_DIFFER:
+            continue
+        ours_cls = getattr(L, RENAMED.get(name, name))
+        theirs = _public_args(inspect.signature(getattr(torch.nn, name).__init__))
+        if not theirs:
+            continue  # torch's RNN classes take *args
+        ours = {p.name: p for p in _public_args(inspect.signature(ours_cls))}
+
+        for p in theirs:
+            if p.name not in WIDTHS | DEPRECATED and _spelled(p.name, ours) not in ours:
+                problems.append(f"{name}: no argument {p.name!r}")
+        positional = [
+            p.name for p in theirs if p.kind == p.POSITIONAL_OR_KEYWORD and p.name not in DEPRECATED
+        ]
+        shifted = any(n in WIDTHS for n in positional)
+        positional = [_spelled(n, ours) for n in positional if n not in WIDTHS]
+        mine = [n for n, p in ours.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        # torch's positional arguments up to its first private one
+        everything = [
+            p.name for p in inspect.signature(getattr(torch.nn, name).__init__).parameters.values()
+            if p.kind == p.POSITIONAL_OR_KEYWORD and p.name != "self" and p.name not in WIDTHS
+        ]  # fmt: skip
+        reachable = positional[: next(
+            (i for i, n in enumerate(everything) if n.startswith("_")), len(everything)
+        )]  # fmt: skip
+        if mine != reachable[: len(mine)] or (not shifted and mine != reachable):
+            problems.append(f"{name}: positional {mine}, torch's {reachable}")
+    assert not problems, "\n".join(problems)

@@ -66,6 +66,8 @@ Args (every ``ConvTransposeNd``): ``out_channels``, ``kernel_size``, ``stride``,
     output. Default ``0``.
   output_padding: extra size on the high side of each output axis; smaller than
     ``max(stride, dilation)`` (as torch). Default ``0``.
+  padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
+    Default ``"zeros"``.
   weight_init: called with the ``[in, out/groups, *k]`` shape. The default,
     ``kaiming_uniform(a=sqrt(5))``, then takes ``fan_in = out/groups * prod(kernel_size)``
     from weight axis 1, exactly as torch's ``_calculate_fan_in_and_fan_out`` does; the bias
@@ -362,12 +364,18 @@ class _ConvTransposeNd(Layer):
     dilation: int | tuple[int, ...] = 1
     groups: int = 1
     bias: bool = True
+    padding_mode: str = "zeros"
     weight_init: Initializer | None = None
     bias_init: Initializer | None = None
 
     def __post_init__(self):
         _check_common(self)
         name, nd = type(self).__name__, self._nd
+        if self.padding_mode != "zeros":
+            raise ValueError(
+                f"{name}: padding_mode must be 'zeros' (torch's transposed convolutions "
+                f"take no other), got {self.padding_mode!r}"
+            )
         for arg in ("padding", "output_padding"):
             _set(self, arg, ntuple(name, arg, getattr(self, arg), nd, minimum=0))
         limit = tuple(max(s, d) for s, d in zip(self.stride, self.dilation, strict=True))

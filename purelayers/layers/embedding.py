@@ -64,8 +64,10 @@ class Embedding(Layer):
         ``2.0``.
       scale_grad_by_freq: divide each row's gradient by its id's count in ``ids``.
         Default ``False``.
-      weight_init: initializer for ``weight``. Default ``normal(std=1)``, as torch; the
-        ``padding_idx`` row is zeroed after it either way.
+      sparse: must be ``False``: JAX computes dense gradients, so ``True`` (torch's
+        sparse gradient) is refused. Default ``False``.
+      weight_init: (keyword only) initializer for ``weight``. Default ``normal(std=1)``,
+        as torch; the ``padding_idx`` row is zeroed after it either way.
 
     Shape:
       ids: any shape ``S``, any integer dtype; output ``(*S, embedding_dim)`` in the
@@ -83,11 +85,12 @@ class Embedding(Layer):
 
     num_embeddings: int
     embedding_dim: int
-    _: dataclasses.KW_ONLY
     padding_idx: int | None = None
     max_norm: float | None = None
     norm_type: float = 2.0
     scale_grad_by_freq: bool = False
+    sparse: bool = False
+    _: dataclasses.KW_ONLY
     weight_init: Initializer | None = None
 
     def __post_init__(self):
@@ -176,6 +179,13 @@ def check_table(layer: Any) -> None:
     """The constructor checks ``Embedding`` and ``EmbeddingBag`` share; normalizes a
     negative ``padding_idx`` as torch does."""
     name = type(layer).__name__
+    if layer.sparse is not False:
+        raise config_error(
+            name,
+            "sparse",
+            "False (JAX computes dense gradients; there is no sparse gradient to ask for)",
+            layer.sparse,
+        )
     check_int(name, "num_embeddings", layer.num_embeddings)
     check_int(name, "embedding_dim", layer.embedding_dim)
     if layer.max_norm is not None:

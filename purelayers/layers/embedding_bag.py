@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purelayers.init import Initializer
-from purelayers.layers._checks import LayerError, check_choice, config_error
+from purelayers.layers._checks import LayerError, check_choice
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.embedding import (
     check_table,
@@ -93,12 +93,12 @@ class EmbeddingBag(Layer):
 
     num_embeddings: int
     embedding_dim: int
-    _: dataclasses.KW_ONLY
     max_norm: float | None = None
     norm_type: float = 2.0
     scale_grad_by_freq: bool = False
     mode: str = "mean"
     sparse: bool = False
+    _: dataclasses.KW_ONLY  # (torch's next positional argument is its private _weight)
     include_last_offset: bool = False
     padding_idx: int | None = None
     weight_init: Initializer | None = None
@@ -106,13 +106,6 @@ class EmbeddingBag(Layer):
     def __post_init__(self):
         check_table(self)
         check_choice("EmbeddingBag", "mode", self.mode, ("sum", "mean", "max"))
-        if self.sparse is not False:
-            raise config_error(
-                "EmbeddingBag",
-                "sparse",
-                "False (JAX computes dense gradients; there is no sparse gradient to ask for)",
-                self.sparse,
-            )
         if self.mode == "max" and self.scale_grad_by_freq:
             raise ValueError(
                 "EmbeddingBag: mode='max' does not support scale_grad_by_freq=True (as torch: "

@@ -91,6 +91,11 @@ class TransformerEncoder(_Stack):
       encoder_layer: the layer to repeat (a ``TransformerEncoderLayer``).
       num_layers: how many copies. Default: required.
       norm: applied to the output, or ``None``. Default ``None``.
+      enable_nested_tensor: torch's switch for its nested-tensor fast path, taken only
+        without gradients; accepted and changes nothing here (the regular path's results
+        above). Default ``True``.
+      mask_check: torch's check that a padding mask suits that fast path; accepted and
+        changes nothing here. Default ``True``.
 
     Shape: as ``encoder_layer``'s. Parameters: ``layers.0.*``, ``layers.1.*``, ... (each
     the layer's), then ``norm.*``.
@@ -104,6 +109,8 @@ class TransformerEncoder(_Stack):
     encoder_layer: Layer
     num_layers: int
     norm: Layer | None = None
+    enable_nested_tensor: bool = True
+    mask_check: bool = True
 
     def __post_init__(self):
         self._check(self.encoder_layer, TransformerEncoderLayer, "encoder_layer")

@@ -116,8 +116,8 @@ class _PoolNd(Layer):
     kernel_size: int | tuple[int, ...]
     stride: int | tuple[int, ...] | None = None
     padding: int | tuple[int, ...] = 0
-    _: dataclasses.KW_ONLY
-    ceil_mode: bool = False
+    # ``ceil_mode`` is each subclass's field, where torch puts it among the positional
+    # arguments (after ``dilation`` and ``return_indices`` in a max pool).
 
     def __post_init__(self):
         name, nd = type(self).__name__, self._nd
@@ -180,8 +180,9 @@ class _PoolNd(Layer):
 @dataclasses.dataclass(frozen=True)
 class _MaxPoolNd(_PoolNd):
     accepts: ClassVar[tuple[str, ...]] = ("floating", "integer")
-    dilation: int | tuple[int, ...] = dataclasses.field(default=1, kw_only=True)
-    return_indices: bool = dataclasses.field(default=False, kw_only=True)
+    dilation: int | tuple[int, ...] = 1
+    return_indices: bool = False
+    ceil_mode: bool = False
 
     def _runs_before(self, previous: Layer, x: Any) -> bool:
         """A ``ReLU`` on floating-point ``x`` before an unpadded max pool without
@@ -226,7 +227,8 @@ class _MaxPoolNd(_PoolNd):
 @dataclasses.dataclass(frozen=True)
 class _AvgPoolNd(_PoolNd):
     accepts: ClassVar[tuple[str, ...]] = ("floating",)  # torch's divides integers
-    count_include_pad: bool = dataclasses.field(default=True, kw_only=True)
+    ceil_mode: bool = False
+    count_include_pad: bool = True
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
@@ -319,7 +321,7 @@ class AvgPool1d(_AvgPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class _AvgPoolDivNd(_AvgPoolNd):
-    divisor_override: int | None = dataclasses.field(default=None, kw_only=True)
+    divisor_override: int | None = None
 
     def __post_init__(self):
         super().__post_init__()

@@ -122,6 +122,8 @@ ERRORS: list = [
      r"^EmbeddingBag: mode must be one of 'sum', 'mean', 'max', got 'min'$"),
     ("linear-bag-sparse", lambda: L.EmbeddingBag(4, 2, sparse=True), ValueError,
      r"^EmbeddingBag: sparse must be False \(JAX computes dense gradients; .*got True$"),
+    ("linear-embedding-sparse", lambda: L.Embedding(4, 2, sparse=True), ValueError,
+     r"^Embedding: sparse must be False \(JAX computes dense gradients; .*got True$"),
     ("linear-bag-last-offset-flag", lambda: L.EmbeddingBag(4, 2, include_last_offset=None),
      ValueError, r"^EmbeddingBag: include_last_offset must be True or False, got None$"),
     ("linear-bag-max-freq",
