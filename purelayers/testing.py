@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purelayers._tree import BlockKey
 from purelayers.params import _to_numpy, flatten
 
 __all__ = ["assert_matches_torch", "assert_tree_allclose", "gradcheck"]
@@ -20,13 +21,20 @@ def _is_float(x: Any) -> bool:
     return (hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)) or isinstance(x, float)
 
 
-def _leaf_name(path: Sequence[Any]) -> str:
-    """``"0.weight (argument 0)"`` for the key path of a leaf inside ``args``."""
-    arg = path[0].idx
-    rest = ".".join(
-        str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path[1:]
-    )
-    return f"{rest} (argument {arg})" if rest else f"argument {arg}"
+def _leaf_name(path: Sequence[Any], index: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """``"0.weight (argument 0)"`` for the key path of a leaf inside ``args``, and the
+    element ``index`` within it. A ``Repeat``'s stacked leaf is named by the block that
+    ``index`` falls in, as its checkpoint name (``blocks.1.weight``), and the index is
+    then the one within that block's array."""
+    arg, parts = path[0].idx, []
+    for k in path[1:]:
+        if isinstance(k, BlockKey) and index:
+            parts.append(str(index[0]))
+            index = index[1:]
+        else:
+            parts.append(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))))
+    rest = ".".join(parts)
+    return (f"{rest} (argument {arg})" if rest else f"argument {arg}"), index
 
 
 def gradcheck(
@@ -123,12 +131,14 @@ def gradcheck(
                 continue
             n = int(np.searchsorted(bounds, in_i, side="right")) - 1
             local = int(in_i - bounds[n])
+            index = np.unravel_index(local, np.shape(xs[n])) if np.ndim(xs[n]) else ()
+            name, index = _leaf_name(leaves_with_path[slots[n]][0], tuple(map(int, index)))
             worst = (
                 float(excess[out_i, in_i]),
-                _leaf_name(leaves_with_path[slots[n]][0]),
+                name,
                 mode,
                 int(out_i),
-                np.unravel_index(local, np.shape(xs[n])) if np.ndim(xs[n]) else (),
+                index,
                 float(jac[out_i, in_i]),
                 float(numerical[out_i, in_i]),
             )

@@ -66,6 +66,37 @@ def test_a_custom_vjp_is_checked_in_reverse_mode():
     assert "analytic 0.9302" in str(err.value) and "numerical 0.9210" in str(err.value)
 
 
+def test_a_repeat_leaf_is_named_by_its_block():
+    """A ``Repeat``'s params are stacked (leading axis: the block); the failing leaf is
+    named as its checkpoint name, ``blocks.2.scale``, with the index inside block 2's
+    array, where only block 2's derivative is wrong (``sin`` scaled by ``[1, 1, 1.01]``
+    per block, so block 2's gradient is 1% too large)."""
+    from purelayers import layers as L
+
+    sins = (_sin_vjp(1.0), _sin_vjp(1.01))
+
+    @dataclasses.dataclass(frozen=True)
+    class Scale(L.Layer):
+        def init(self, key, shape, dtype=jnp.float32):
+            return {"scale": jnp.linspace(0.2, 0.8, shape[-1], dtype=dtype)}
+
+        def apply(self, params, x, *, key=None, train=False):
+            return x * params["scale"]
+
+    model = L.Sequential({"blocks": L.Repeat(Scale(), 3)})
+    params = model.init(jax.random.key(0), (4,))
+
+    def fn(p, x):
+        blocks = p["blocks"].tree["scale"]  # (3, 4): block 2's goes through the wrong sin
+        return sum(sins[i == 2](blocks[i]) * x for i in range(3))
+
+    with pytest.raises(
+        AssertionError,
+        match=r"with respect to blocks\.2\.scale \(argument 0\) .* at input index \(\d,\)",
+    ):
+        pl.testing.gradcheck(fn, params, jnp.ones(4))
+
+
 def test_integer_leaves_pass_through():
     def fn(x, ids):
         return x[ids] ** 2
