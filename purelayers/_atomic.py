@@ -5,10 +5,12 @@ private folder, named after the target, the machine and the writing process, hol
 the one temporary file. The ``safetensors`` package's own atomic write (a ``.tmpXXXXXX`` file renamed
 into place) then happens inside that folder, so a crash at any moment leaves at most
 that one folder, recognizably the target's. Each writer holds an ``flock`` on its folder
-for as long as it exists; the next write to the same target removes the folders of
-earlier writers on this machine that are gone (the lock is free and the process id is
-no live process), never another target's, another machine's, another live process's,
-or one of its own.
+for as long as it exists, taken before the folder gets its ``.tmp`` name (it is made as
+``....new`` and renamed once locked); the next write to the same target removes the
+``.tmp`` folders on this machine whose lock is free, whatever their process ids say (a
+restarted container's writer often has the killed one's pid), and the rare ``.new``
+folder of a writer killed before it locked, once that pid is gone. Never another
+target's, another machine's, another live writer's, or one of its own.
 
 The written file gets the mode an ordinary ``open(path, "w")`` gives under the process
 umask (not ``mkstemp``'s 0600), read off a placeholder the folder is created with.
@@ -37,11 +39,14 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 
 
-def _pattern(target: Path) -> re.Pattern[str]:
-    """This host's temporaries of ``target``: another host's pids and locks (a shared
-    file system) say nothing here, so its folders are never touched."""
+def _pattern(name: str = ".+") -> re.Pattern[str]:
+    """This host's temporaries of the target file ``name`` (a regex): groups ``name``,
+    the pid and the suffix (``tmp``, or ``new`` before the lock is taken). Another
+    host's pids and locks (a shared file system) say nothing here, so its folders are
+    never touched."""
+    host = re.escape(_host())
     return re.compile(
-        rf"\.{re.escape(target.name)}\.{re.escape(_host())}\.(\d+)\.[0-9a-f]{{8}}\.tmp"
+        rf"\.(?P<name>{name})\.{host}\.(?P<pid>\d+)\.[0-9a-f]{{8}}\.(?P<kind>tmp|new)"
     )
 
 
@@ -55,15 +60,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(target: Path) -> list[Path]:
-    """Remove the temporary folders that killed writers of ``target`` left; returns them."""
+def remove_stale(target: Path, names: str | None = None) -> list[Path]:
+    """Remove the temporary folders that killed writers of ``target`` left (of every
+    file in its folder whose name fully matches the regex ``names``, where given);
+    returns them."""
     if fcntl is None or not target.parent.is_dir():
         return []
     removed = []
-    pattern = _pattern(target)
+    pattern = _pattern(re.escape(target.name) if names is None else names)
     for entry in target.parent.iterdir():
         match = pattern.fullmatch(entry.name)
-        if match is None or _alive(int(match[1])):
+        if match is None or (match["kind"] == "new" and _alive(int(match["pid"]))):
             continue
         try:
             fd = os.open(entry, os.O_RDONLY)
@@ -94,15 +101,19 @@ class Temporary:
         self.target = target
         remove_stale(target)
         tag = f"{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
-        self.folder = target.parent / f".{target.name}.{tag}.tmp"
+        self.folder = target.parent / f".{target.name}.{tag}.new"
         self._fd = None
         # Until the lock is taken, the folder is kept from cleaners by its process id
-        # (alive); after, by the lock too.
+        # (alive); it is renamed to its ``.tmp`` name once locked, and from then on the
+        # lock alone keeps it.
         os.mkdir(self.folder, 0o700)
         try:
             if fcntl is not None:
                 self._fd = os.open(self.folder, os.O_RDONLY)
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
+            locked = self.folder.with_suffix(".tmp")
+            os.rename(self.folder, locked)
+            self.folder = locked
             self.file = self.folder / target.name
             os.close(os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             self._mode = stat.S_IMODE(os.stat(self.file).st_mode)  # 0o666 less the umask

@@ -4,6 +4,7 @@ Real child processes throughout (tests/checkpoint_workers.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import multiprocessing
 import os
@@ -98,6 +99,8 @@ def test_savers_killed_at_random_moments_leave_a_complete_checkpoint_and_no_left
     other.mkdir()
     live = tmp_path / f".model.safetensors.{_atomic._host()}.{os.getpid()}.89abcdef.tmp"
     live.mkdir()
+    held = os.open(live, os.O_RDONLY)  # a live writer's: it holds the folder's lock
+    fcntl.flock(held, fcntl.LOCK_EX)
     rng = random.Random(0)
     seen = set()
     for i in range(24):
@@ -122,33 +125,104 @@ def test_savers_killed_at_random_moments_leave_a_complete_checkpoint_and_no_left
     assert _temporaries(target) == [live.name]
     assert other.is_dir()
     assert workers.which(pl.params.load(target)) == 7
+    os.close(held)  # the writer is gone: the next save removes its folder
+    pl.params.save(target, workers.values(8))
+    assert _temporaries(target) == []
 
 
 def test_stale_temporaries_are_removed_only_when_their_writer_is_gone(tmp_path):
-    """A leftover of this machine is removed when its process id is no live process
-    and its lock is free; one whose writer still holds its lock, names a live process,
-    or comes from another machine (a shared file system), stays."""
+    """A writer locks its folder before giving it its ``.tmp`` name, so a ``.tmp``
+    leftover of this machine whose lock is free is a killed writer's, whatever process
+    now has its pid (a restarted container's writer often gets the killed one's): it is
+    removed. One whose writer still holds its lock stays, as do a ``.new`` folder (not
+    yet locked) of a live process, and another machine's (a shared file system)."""
+    host = _atomic._host()
     target = tmp_path / "m.safetensors"
-    dead = tmp_path / f".m.safetensors.{_atomic._host()}.{_dead_pid()}.00000000.tmp"
+    dead = tmp_path / f".m.safetensors.{host}.{_dead_pid()}.00000000.tmp"
     dead.mkdir()
     (dead / "m.safetensors").write_bytes(b"partial")
-    mine = tmp_path / f".m.safetensors.{_atomic._host()}.{os.getpid()}.11111111.tmp"
-    mine.mkdir()
+    reused = tmp_path / f".m.safetensors.{host}.{os.getpid()}.11111111.tmp"  # a live pid
+    reused.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; sys.stdin.read()"], stdin=subprocess.PIPE
+        [sys.executable, "-c", _HOLD, str(tmp_path / f".m.safetensors.{host}.1.22222222.tmp")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
-    held = tmp_path / f".m.safetensors.{_atomic._host()}.{holder.pid}.22222222.tmp"
-    held.mkdir()
+    assert holder.stdout.readline().strip() == b"locked"
+    held = tmp_path / f".m.safetensors.{host}.1.22222222.tmp"
+    starting = tmp_path / f".m.safetensors.{host}.{os.getpid()}.44444444.new"
+    starting.mkdir()
+    killed_starting = tmp_path / f".m.safetensors.{host}.{_dead_pid()}.55555555.new"
+    killed_starting.mkdir()
     unrelated = tmp_path / ".m.safetensors.notapid.tmp"
     unrelated.mkdir()
     elsewhere = tmp_path / f".m.safetensors.another-host.{_dead_pid()}.33333333.tmp"
     elsewhere.mkdir()
     try:
-        assert _atomic.remove_stale(target) == [dead]
-        assert mine.is_dir() and held.is_dir() and unrelated.is_dir() and elsewhere.is_dir()
+        assert sorted(_atomic.remove_stale(target)) == sorted([dead, reused, killed_starting])
+        assert held.is_dir() and starting.is_dir() and unrelated.is_dir() and elsewhere.is_dir()
     finally:
         holder.communicate(b"")
     assert _atomic.remove_stale(target) == [held]
+
+
+# Makes the folder argv[1], holds its lock, says so, and waits for its stdin to close.
+_HOLD = """
+import fcntl, os, sys
+os.mkdir(sys.argv[1])
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("renames", [1, 2])
+def test_a_sharded_save_killed_between_its_renames_leaves_one_complete_checkpoint(
+    tmp_path, ctx, renames
+):
+    """A sharded save renames several files into place; killed after the first or the
+    second rename, the folder still loads as the earlier checkpoint, whole (the index,
+    renamed last, is the commit; the new shards took names the old index does not use).
+    The next save completes and leaves only its own files."""
+    folder = tmp_path / "ckpt"
+    for k in (3, 4):  # the second save of as many shards takes the other names
+        pl.params.save(folder, workers.values(k), max_shard_bytes=1)
+        assert workers.which(pl.params.load(folder)) == k
+    child = ctx.Process(
+        target=workers.save_sharded_killed_after_renames, args=(str(folder), 5, renames)
+    )
+    child.start()
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    assert workers.which(pl.params.load(folder)) == 4
+    pl.params.save(folder, workers.values(6), max_shard_bytes=1)
+    assert workers.which(pl.params.load(folder)) == 6
+    named = set(
+        json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"].values()
+    )
+    assert sorted(os.listdir(folder)) == sorted([*named, "model.safetensors.index.json"])
+
+
+def test_a_save_in_the_other_layout_replaces_the_folder_s_checkpoint(tmp_path):
+    """Sharded over single-file and single-file over sharded, in one folder: what is
+    left is the new checkpoint alone (otherwise readers, ours and transformers', would
+    pick one layout or the other), and temporaries of killed saves of another number of
+    shards go too."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    pl.params.save(folder / "model.safetensors", workers.values(1))
+    pl.params.save(folder, workers.values(2), max_shard_bytes=1)
+    assert "model.safetensors" not in os.listdir(folder)
+    assert workers.which(pl.params.load(folder)) == 2
+    host = _atomic._host()
+    stale = folder / f".model-00002-of-00009.safetensors.{host}.{_dead_pid()}.0123abcd.tmp"
+    stale.mkdir()
+    pl.params.save(folder, workers.values(3), max_shard_bytes=1)
+    assert not stale.exists()
+    pl.params.save(folder / "model.safetensors", workers.values(4))
+    assert os.listdir(folder) == ["model.safetensors"]
+    assert workers.which(pl.params.load(folder)) == 4
 
 
 def test_two_processes_saving_one_path_leave_one_of_their_checkpoints(tmp_path, ctx):
