@@ -38,7 +38,10 @@ SINGLE_NAME = "model.safetensors"
 ORDER_KEY = "purelayers.order"  # metadata: the JSON list of names in their saved order
 ALIASES_KEY = "purelayers.aliases"  # metadata: the JSON {alias: original} of tied names written
 RESERVED = (ORDER_KEY, ALIASES_KEY)
-SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+# Shards of a sharded checkpoint: Hugging Face's names, or (a save into a folder whose
+# index names those already) the same with ``.alt`` before the extension, so the new
+# shards never replace the ones the current index names (see ``write_sharded``).
+SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}(\.alt)?\.safetensors")
 
 # The dtypes checkpoints hold, under the package's own codes ("F32", "BF16", ...).
 _STORABLE = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64)
@@ -111,12 +114,35 @@ def _serialize(file: Path, entries: Sequence[Entry], metadata: Mapping[str, str]
 
 def write_file(path: Path, entries: Sequence[Entry], metadata: Mapping[str, str] | None) -> None:
     """Atomically write one safetensors file (``_atomic``: one temporary, removed on
-    failure, and removed by the next save when the writer was killed)."""
+    failure, and removed by the next save when the writer was killed).
+
+    A ``model.safetensors`` written into a folder that holds a sharded checkpoint
+    replaces it: once the file is in place, the index and its shards are removed, as
+    transformers' ``save_pretrained`` does (readers would otherwise pick one layout or
+    the other)."""
     with _atomic.Temporary(path) as tmp:
         _serialize(tmp.file, entries, metadata)
         tmp.finish()
         tmp.commit()
     _atomic.sync_dir(path.parent)
+    if path.name == SINGLE_NAME:
+        (path.parent / INDEX_NAME).unlink(missing_ok=True)  # first: no index of lost shards
+        _remove_shards(path.parent, keep=())
+
+
+def _remove_shards(folder: Path, keep: Sequence[str]) -> None:
+    for stale in folder.iterdir():
+        if SHARD_RE.fullmatch(stale.name) and stale.name not in keep:
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+
+def _current_shards(folder: Path) -> set[str]:
+    """The shard files the folder's index names now (none without a readable index)."""
+    try:
+        return set(read_index(folder / INDEX_NAME).values())
+    except (OSError, ValueError):
+        return set()
 
 
 def split_shards(entries: Sequence[Entry], max_bytes: int) -> list[list[Entry]]:
@@ -137,32 +163,41 @@ def write_sharded(
 ) -> Path:
     """Write ``model-0000i-of-0000K.safetensors`` shards and the index into ``folder``.
 
-    Every file is written and fsynced under a temporary name before any is renamed, so
-    a failure while writing leaves an earlier checkpoint in ``folder`` untouched. Shards
-    of an earlier save that the new index does not name are removed afterwards.
+    The index is the commit: every file is written and fsynced under a temporary name,
+    the shards are renamed into place under names the folder's current index does not
+    use, and only then is the new index renamed over the old one. A save killed at any
+    moment leaves the folder's index naming one complete checkpoint, the old or the new.
+    So where the current index names ``model-0000i-of-0000K.safetensors`` already (an
+    earlier save of as many shards), the new shards are
+    ``model-0000i-of-0000K.alt.safetensors``, and the save after that goes back to the
+    plain names. Shards the new index does not name, a ``model.safetensors`` of the
+    single-file layout, and the temporaries of killed saves of any shard are removed.
     """
     folder.mkdir(parents=True, exist_ok=True)
     shards = split_shards(entries, max_bytes)
-    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    plain = [f"model-{i + 1:05d}-of-{len(shards):05d}" for i in range(len(shards))]
+    names = [f"{n}.safetensors" for n in plain]
+    if _current_shards(folder) & set(names):
+        names = [f"{n}.alt.safetensors" for n in plain]
+    _atomic.remove_stale(folder / INDEX_NAME, SHARD_RE.pattern)
     index = {
         "metadata": {"total_size": sum(e.nbytes for e in entries)},
         "weight_map": {e.name: n for n, shard in zip(names, shards, strict=True) for e in shard},
     }
     text = json.dumps(index, indent=2) + "\n"
-    # Every file is written and fsynced before any is renamed into place.
     with _atomic.temporaries([folder / n for n in [*names, INDEX_NAME]]) as tmps:
         for tmp, shard in zip(tmps, shards, strict=False):
             _serialize(tmp.file, shard, metadata)
         tmps[-1].file.write_text(text, encoding="utf-8")
         for tmp in tmps:
             tmp.finish()
-        for tmp in tmps:
+        for tmp in tmps[:-1]:
             tmp.commit()
+        _atomic.sync_dir(folder)
+        tmps[-1].commit()  # the index: from here on the folder holds the new checkpoint
     _atomic.sync_dir(folder)
-    for stale in folder.iterdir():
-        if SHARD_RE.fullmatch(stale.name) and stale.name not in names:
-            with contextlib.suppress(OSError):
-                stale.unlink()
+    _remove_shards(folder, keep=names)
+    (folder / SINGLE_NAME).unlink(missing_ok=True)
     return folder / INDEX_NAME
 
 

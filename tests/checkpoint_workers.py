@@ -103,3 +103,23 @@ def measure(path: str, how: str) -> None:
 
 if __name__ == "__main__":
     measure(sys.argv[1], sys.argv[2])
+
+
+def save_sharded_killed_after_renames(path: str, k: int, renames: int) -> None:
+    """Save checkpoint ``k`` into the folder ``path`` in shards, and SIGKILL this process
+    right after its ``renames``-th rename: a save killed part-way through its renames."""
+    import os
+    import signal
+
+    from purelayers import params
+
+    replace, done = os.replace, []
+
+    def replace_then_die(src, dst):
+        replace(src, dst)
+        done.append(dst)
+        if len(done) == renames:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = replace_then_die
+    params.save(path, values(k), max_shard_bytes=1)

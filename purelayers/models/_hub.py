@@ -230,17 +230,12 @@ def save_pretrained(
         int(np.prod(np.shape(a))) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)
     )
     text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    # The new weights land first (atomically); only then is the other layout's file(s)
-    # removed, so a crash in between leaves a loadable folder.
+    # The new weights land first (atomically); only then are the other layout's files
+    # removed (``params.save`` does both), so a crash in between leaves a loadable folder.
     if total > max_shard_size:
         _params.save(folder, params, model=model, max_shard_bytes=max_shard_size)
-        stale = [folder / _io.SINGLE_NAME]
     else:
         _params.save(folder / _io.SINGLE_NAME, params, model=model)
-        stale = [folder / _io.INDEX_NAME]
-        stale += [f for f in folder.iterdir() if _io.SHARD_RE.fullmatch(f.name)]
-    for f in stale:
-        f.unlink(missing_ok=True)
     with _atomic.Temporary(folder / "config.json") as tmp:
         tmp.file.write_text(text, encoding="utf-8")
         tmp.finish()
