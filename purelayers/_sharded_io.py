@@ -34,11 +34,13 @@ def save(
 ) -> Path:
     """``purelayers.params.save`` for sharded trees, on one host or many.
 
-    On one host every shard is addressable and ``params.save`` already gathers one
-    array at a time into host memory while writing. Across hosts each array that this
-    process cannot see whole is gathered with
+    On one host every shard is addressable and ``params.save`` assembles each array
+    from its shards while writing the file that holds it (a file's arrays are on the
+    host together while it is written; ``max_shard_bytes`` bounds that). Across hosts
+    each array that this process cannot see whole is gathered with
     ``jax.experimental.multihost_utils.process_allgather`` (call ``save`` on every
-    process, in the same order), process 0 writes, and all processes wait for it. The
+    process, in the same order) before anything is written, so each process holds the
+    gathered arrays while process 0 writes, and all processes wait for it. The
     file is an ordinary (optionally Hugging Face-sharded) checkpoint: torch loads it,
     ``load_sharded`` reads it back onto any mesh.
 

@@ -381,13 +381,33 @@ def _is_step_counter(name: str) -> bool:
     return name.rsplit(".", 1)[-1] == "num_batches_tracked"
 
 
+def _host_array(leaf: Any) -> np.ndarray:
+    """``leaf`` on the host. A JAX array split over several devices is assembled from
+    its shards into a new array that the caller owns: ``np.asarray`` would keep the
+    assembled copy cached on the array for as long as the array lives (a second copy of
+    every saved parameter after the save). A one-device array on the CPU is a view of
+    its own memory, no copy."""
+    if not isinstance(leaf, jax.Array) or len(leaf.sharding.device_set) == 1:
+        return np.asarray(leaf)
+    if not leaf.is_fully_addressable:
+        raise ValueError(
+            "save: an array split over several processes; save it with "
+            "purelayers.sharding.save, which gathers it"
+        )
+    out = np.empty(leaf.shape, leaf.dtype)
+    for shard in leaf.addressable_shards:
+        if shard.replica_id == 0:
+            out[shard.index] = np.asarray(shard.data)
+    return out
+
+
 def _entry(name: str, leaf: Any) -> _io.Entry:
     """What ``save`` writes for one array; its data is fetched only when written."""
     if type(leaf).__module__.startswith("torch") or not hasattr(leaf, "dtype"):
         host = _to_numpy(leaf)
         leaf, fetch = host, lambda: host
     else:
-        fetch = lambda: np.asarray(leaf)  # noqa: E731 (copied to the host when written)
+        fetch = lambda: _host_array(leaf)  # noqa: E731 (copied to the host when written)
     try:
         dtype = np.dtype(leaf.dtype)
     except TypeError:

@@ -355,6 +355,7 @@ def test_sharded_checkpoint_round_trips(scenarios):
         assert ck[case] == {"values_equal": True, "shardings_equal": True}, case
     assert ck["index_files"] > 1
     assert ck["plain_load_equal"]
+    assert ck["split_saved"] and not ck["host_copy_kept"]
 
 
 def test_grouped_qkv_rows_on_devices(scenarios):
