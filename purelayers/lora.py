@@ -27,9 +27,11 @@ layers among the paths it matches. Paths are checkpoint paths, per block inside 
 ``Repeat`` (``transformer.h.0.attn.c_attn``); as a ``Repeat``'s blocks share one
 structure, a target must select a layer in all of its blocks or in none.
 
-Dropout needs ``key`` and ``train=True`` to reach the LoRA layer: a container that
-applies its children without them (the attention and MLP blocks of ``purelayers.models``
-do) leaves the adapter's dropout off.
+Dropout needs ``key`` and ``train=True`` to reach the LoRA layer. The causal models of
+``purelayers.models`` (and ``layers.Attention``) give each projection a key of its own
+from the one ``apply`` gets, so every adapter draws its own mask, as PEFT's
+``nn.Dropout`` modules do; a layer of your own must pass ``key`` and ``train`` on to the
+children that may take adapters, or their dropout stays off.
 """
 
 from __future__ import annotations

@@ -387,13 +387,12 @@ def _host_array(leaf: Any) -> np.ndarray:
     assembled copy cached on the array for as long as the array lives (a second copy of
     every saved parameter after the save). A one-device array on the CPU is a view of
     its own memory, no copy."""
-    if not isinstance(leaf, jax.Array) or len(leaf.sharding.device_set) == 1:
+    if (
+        not isinstance(leaf, jax.Array)
+        or len(leaf.sharding.device_set) == 1
+        or not leaf.is_fully_addressable  # (JAX's error: purelayers.sharding.save gathers)
+    ):
         return np.asarray(leaf)
-    if not leaf.is_fully_addressable:
-        raise ValueError(
-            "save: an array split over several processes; save it with "
-            "purelayers.sharding.save, which gathers it"
-        )
     out = np.empty(leaf.shape, leaf.dtype)
     for shard in leaf.addressable_shards:
         if shard.replica_id == 0:

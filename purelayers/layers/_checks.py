@@ -235,6 +235,11 @@ def need_axis(layer: str, x: Any, axis: int, size: int, name: str, hint: str | N
         raise LayerError(layer, f"input {name}", size, got, hint)
 
 
+def fold(key: jax.Array | None, i: int) -> jax.Array | None:
+    """``fold_in(key, i)``, or ``None`` without a key."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
 def need_key(layer: str, key: Any) -> None:
     if key is None:
         raise LayerError(

@@ -14,7 +14,14 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.init import Initializer, xavier_normal, xavier_uniform, zeros
-from purelayers.layers._checks import LayerError, as_shape, check_float, check_int, config_error
+from purelayers.layers._checks import (
+    LayerError,
+    as_shape,
+    check_float,
+    check_int,
+    config_error,
+    fold,
+)
 from purelayers.layers._mha_options import append_kv, attend_with_weights
 from purelayers.layers.attention import AttentionCore
 from purelayers.layers.core import Layer, Params
@@ -97,17 +104,22 @@ class _Projected(Layer):
         def run(x, context, mask):
             if context is not None:
                 _no_context(name, self.core, cache)
-            q, k, v = self._qkv(params, x, context, cache)
+            q, k, v = self._qkv(params, x, context, cache, key=key, train=train)
             out = self.core.attend(
                 q, k, v, mask=mask, positions=positions, cache=cache, key=key, train=train,
                 layer=name,
             )  # fmt: skip
             if cache is not None:
                 out, new_cache = out
-                return self._project_out(params, out), new_cache
-            return self._project_out(params, out)
+                return self._project_out(params, out, key=key, train=train), new_cache
+            return self._project_out(params, out, key=key, train=train)
 
         return _batched(name, x, context, mask, run)
+
+
+# The keys the projections of ``Attention`` get (``fold_in`` of the call's key), apart
+# from the attention dropout's own (the key itself).
+_PROJ_KEYS = {"q_proj": 101, "k_proj": 102, "v_proj": 103, "o_proj": 104}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +191,7 @@ class _Packed(_Projected):
             )
         return self.core.init_cache(shape[:2], self.head_dim(shape[2]), dtype)
 
-    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any):
+    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any, **_: Any):
         """``q``, ``k``, ``v`` from the packed projection (rows ``[q | k | v]``)."""
         e = x.shape[-1]
         hd = self.head_dim(e)
@@ -275,7 +287,7 @@ class MultiHeadAttention(_Packed):
         p = params["qkv"] if rows is None else {k: v[rows] for k, v in params["qkv"].items()}
         return self.call("qkv", {"qkv": p}, x)
 
-    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
+    def _project_out(self, params: Params, y: jax.Array, **_: Any) -> jax.Array:
         return self.call("out", params, y)
 
 
@@ -463,7 +475,7 @@ class InProjAttention(_Packed):
 
         return _batched(name, x, inputs, mask, run, all_batched=need_weights)
 
-    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
+    def _project_out(self, params: Params, y: jax.Array, **_: Any) -> jax.Array:
         return self.call("out_proj", params, y)
 
 
@@ -572,10 +584,17 @@ class Attention(_Projected):
         hd, v_dim = self._widths(jax.ShapeDtypeStruct((1, 1, shape[2]), dtype))
         return self.core.init_cache(shape[:2], hd, dtype, v_dim=v_dim)
 
-    def _qkv(self, params: Params, x: jax.Array, context: Any, cache: Any) -> tuple:
+    def _qkv(
+        self, params: Params, x: jax.Array, context: Any, cache: Any, *, key=None, train=False
+    ) -> tuple:
+        """The projections, each given its own key and ``train`` (a LoRA adapter's
+        dropout on a projection's input draws from it)."""
         kv = x if context is None else jnp.asarray(context)
-        q = self.call("q_proj", params, x)
-        return q, self.call("k_proj", params, kv), self.call("v_proj", params, kv)
+        q, k, v = (
+            self.call(name, params, a, key=fold(key, _PROJ_KEYS[name]), train=train)
+            for name, a in (("q_proj", x), ("k_proj", kv), ("v_proj", kv))
+        )
+        return q, k, v
 
-    def _project_out(self, params: Params, y: jax.Array) -> jax.Array:
-        return self.call("o_proj", params, y)
+    def _project_out(self, params: Params, y: jax.Array, *, key=None, train=False) -> jax.Array:
+        return self.call("o_proj", params, y, key=fold(key, _PROJ_KEYS["o_proj"]), train=train)

@@ -204,5 +204,8 @@ class CausalLM(Layer):
             # 282 -> 212 ms (2-core AVX-512 CPU)
             head = params.get("lm_head", {}) if isinstance(params, dict) else {}
             params = {"lm_head": {**head, "weight": weight}}
-        logits = self.call("lm_head", params, h)
+        # the head's own key, apart from every key the base model derives from ``key``
+        # (a LoRA adapter's dropout on the head draws from it)
+        head_key = None if key is None else jax.random.split(key)[1]
+        logits = self.call("lm_head", params, h, key=head_key, train=train)
         return logits if cache is None else (logits, new_cache)

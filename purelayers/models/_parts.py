@@ -8,13 +8,9 @@ from typing import Any
 import jax
 
 from purelayers.layers import Layer, LayerError, Params
+from purelayers.layers._checks import fold
 
 __all__ = ["fold", "init_children"]
-
-
-def fold(key: jax.Array | None, i: int) -> jax.Array | None:
-    """``fold_in(key, i)``, or ``None`` without a key."""
-    return None if key is None else jax.random.fold_in(key, i)
 
 
 def init_children(layer: Layer, key: jax.Array, shapes: Mapping[str, Any], dtype: Any) -> Params:

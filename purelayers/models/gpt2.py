@@ -31,7 +31,7 @@ from purelayers.layers import (
 from purelayers.layers._checks import as_shape
 from purelayers.models._causal import CausalLM, decoder_inputs, drop
 from purelayers.models._config import Config
-from purelayers.models._parts import init_children
+from purelayers.models._parts import fold, init_children
 
 __all__ = ["GPT2Config", "GPT2LMHeadModel"]
 
@@ -122,12 +122,14 @@ class GPT2Attention(Layer):
         return self.core.init_cache((b, max_len), e // self.core.num_heads, dtype)
 
     def apply(self, params, x, *, mask=None, positions=None, cache=None, key=None, train=False):
-        q, k, v = jnp.split(self.call("c_attn", params, x), 3, axis=-1)
+        # the projections get keys of their own (a LoRA adapter's dropout draws from them)
+        qkv = self.call("c_attn", params, x, key=fold(key, 101), train=train)
+        q, k, v = jnp.split(qkv, 3, axis=-1)
         out = self.core.attend(
             q, k, v, mask=mask, cache=cache, key=key, train=train, layer="GPT2Attention"
         )
         out, cache = out if cache is not None else (out, None)
-        y = self.call("c_proj", params, out)
+        y = self.call("c_proj", params, out, key=fold(key, 102), train=train)
         return y if cache is None else (y, cache)
 
 
@@ -153,7 +155,7 @@ class GPT2Block(Layer):
         a = self.call("attn", params, h, mask=mask, cache=cache, key=keys[0], train=train)
         a, cache = a if cache is not None else (a, None)
         x = x + drop(a, self.resid_pdrop, keys[1], train)
-        m = self.call("mlp", params, self.call("ln_2", params, x))
+        m = self.call("mlp", params, self.call("ln_2", params, x), key=fold(key, 3), train=train)
         x = x + drop(m, self.resid_pdrop, keys[2], train)
         return x if cache is None else (x, cache)
 
@@ -175,7 +177,8 @@ class GPT2MLP(Layer):
         return {"c_fc": fc, "c_proj": self.c_proj.init(jax.random.fold_in(key, 1), hidden, dtype)}
 
     def apply(self, params, x, *, key=None, train=False):
-        return self.call("c_proj", params, self.act.apply({}, self.call("c_fc", params, x)))
+        h = self.call("c_fc", params, x, key=fold(key, 0), train=train)
+        return self.call("c_proj", params, self.act.apply({}, h), key=fold(key, 1), train=train)
 
 
 @dataclasses.dataclass(frozen=True)

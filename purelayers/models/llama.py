@@ -35,7 +35,7 @@ from purelayers.layers import (
 from purelayers.layers._checks import as_shape
 from purelayers.models._causal import CausalLM, decoder_inputs
 from purelayers.models._config import Config
-from purelayers.models._parts import init_children
+from purelayers.models._parts import fold, init_children
 
 __all__ = [
     "DynamicNTKRotaryEmbedding",
@@ -273,8 +273,11 @@ class LlamaMLP(Layer):
         }
 
     def apply(self, params, x, *, key=None, train=False):
-        gate = jax.nn.silu(self.call("gate_proj", params, x))
-        return self.call("down_proj", params, gate * self.call("up_proj", params, x))
+        def proj(name, i, a):  # each its own key (a LoRA adapter's dropout draws from it)
+            return self.call(name, params, a, key=fold(key, i), train=train)
+
+        gate = jax.nn.silu(proj("gate_proj", 0, x))
+        return proj("down_proj", 2, gate * proj("up_proj", 1, x))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,7 +309,8 @@ class LlamaDecoderLayer(Layer):
         )
         a, cache = a if cache is not None else (a, None)
         x = x + a
-        x = x + self.call("mlp", params, self.call("post_attention_layernorm", params, x))
+        h = self.call("post_attention_layernorm", params, x)
+        x = x + self.call("mlp", params, h, key=fold(key, 3), train=train)
         return x if cache is None else (x, cache)
 
 
