@@ -336,6 +336,16 @@ def _from_pretrained(folder):
 
 
 _GPT2_JSON = dict(model_type="gpt2", vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2)
+_LLAMA_JSON = dict(
+    model_type="llama", vocab_size=11, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+    num_attention_heads=2,
+)  # fmt: skip
+
+
+def _generation_folder(text):
+    folder = _folder(_GPT2_JSON)
+    (folder / "generation_config.json").write_text(text)
+    return folder
 
 CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     # -- core: containers and paths ----------------------------------------------------
@@ -1023,7 +1033,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^generate: do_sample=True needs key= \(a jax\.random key\)$"),
     ("generate-temperature", lambda: _generate(temperature=0.0), ValueError,
      r"^generate: temperature must be > 0, got 0\.0$"),
-    ("generate-top-k", lambda: _generate(top_k=0), ValueError, r"^generate: top_k must be a positive int or None, got 0$"),
+    ("generate-top-k", lambda: _generate(top_k=-1), ValueError, r"^generate: top_k must be an int >= 0 \(0: off\) or None, got -1$"),
     ("generate-top-p", lambda: _generate(top_p=1.5), ValueError, r"^generate: top_p must be in \(0, 1\], got 1\.5$"),
     ("generate-mask-shape", lambda: _generate(attention_mask=np.ones((1, 4))), ValueError,
      r"^generate: attention_mask must be shaped like input_ids \(1, 3\), got \(1, 4\)$"),
@@ -1035,6 +1045,14 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^from_pretrained: .*config\.json must hold a JSON object$"),
     ("from-pretrained-model-type", lambda: _from_pretrained(_folder({"model_type": "t5"})), ValueError,
      r"^from_pretrained: .*config\.json has model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit$"),
+    ("from-pretrained-config-value", lambda: _from_pretrained(_folder({**_GPT2_JSON, "n_head": 3})), ValueError,
+     r"^from_pretrained: .*config\.json: GPT2Config: "),
+    ("from-pretrained-config-missing", lambda: _from_pretrained(_folder({**_LLAMA_JSON, "rope_scaling": {"rope_type": "linear"}})), ValueError,
+     r"^from_pretrained: .*config\.json: missing 'factor'$"),
+    ("from-pretrained-generation-json", lambda: _from_pretrained(_generation_folder("{")), ValueError,
+     r"^from_pretrained: .*generation_config\.json is not valid JSON"),
+    ("from-pretrained-generation-object", lambda: _from_pretrained(_generation_folder("[1]")), ValueError,
+     r"^from_pretrained: .*generation_config\.json must hold a JSON object$"),
     ("from-pretrained-no-weights", lambda: _from_pretrained(_folder(_GPT2_JSON)), CheckpointError,
      r"the folder holds no single checkpoint"),
     ("from-pretrained-misfit", lambda: _from_pretrained(_folder(_GPT2_JSON, weights={"wte": {"weight": np.zeros((11, 4), np.float32)}})),

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -53,6 +54,28 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+def _generation_ids(folder: Path, config_class: Any) -> dict[str, Any]:
+    """The token ids of the folder's ``generation_config.json`` (``eos_token_id``,
+    ``pad_token_id``, ``bos_token_id``) that the model's config has fields for: they
+    are what transformers' ``generate`` stops and pads with (an instruction-tuned
+    model's end-of-turn id is often listed there alone). None without the file."""
+    file = folder / "generation_config.json"
+    if not file.is_file():
+        return {}
+    try:
+        found = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"from_pretrained: {file} is not valid JSON ({e})") from None
+    if not isinstance(found, dict):
+        raise ValueError(f"from_pretrained: {file} must hold a JSON object")
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    return {
+        k: found[k]
+        for k in ("eos_token_id", "pad_token_id", "bos_token_id")
+        if k in fields and found.get(k) is not None
+    }
+
+
 def _adapt_names(
     model: Any, names: list[str], file_names: list[str]
 ) -> tuple[dict[str, str], list[str]]:
@@ -92,7 +115,10 @@ def from_pretrained(
     base model's prefix (``transformer.``, ``model.``, ``bert.``, ``vit.``) is added or
     dropped as the model's names need, and names outside the model (another head's)
     are left out, as transformers does. The params come back in the model's
-    registration order, torch's ``state_dict()`` order.
+    registration order, torch's ``state_dict()`` order. A ``generation_config.json``
+    beside them gives the token ids ``generate`` stops and pads with (its
+    ``eos_token_id``, ``pad_token_id``, ``bos_token_id`` over the config's), as it does
+    transformers'; a config that cannot be read is a ``ValueError`` naming the file.
 
     Args:
       path: the folder.
@@ -114,7 +140,13 @@ def from_pretrained(
             f"supported: {', '.join(MODEL_TYPES)}"
         )
     cls = types[model_type]
-    model = cls(cls.config_class.from_dict(config))
+    config = {**config, **_generation_ids(folder, cls.config_class)}
+    try:
+        model = cls(cls.config_class.from_dict(config))
+    except KeyError as e:  # an entry a setting needs (a rope type's factor, ...)
+        raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
+    except ValueError as e:
+        raise ValueError(f"from_pretrained: {folder / 'config.json'}: {e}") from None
     real = _params.abstract(model, model.example_shape())
     tensors = _io.scan(folder)[0]
     aliases = model.aliases()

@@ -140,7 +140,7 @@ def generate(
     attention_mask: Any = None,
     do_sample: bool = False,
     temperature: float = 1.0,
-    top_k: int | None = None,
+    top_k: int | None = 50,
     top_p: float | None = None,
     key: jax.Array | None = None,
     eos_token_id: int | Sequence[int] | None = None,
@@ -151,8 +151,10 @@ def generate(
     """Continue ``input_ids`` ``(batch, prompt)`` by up to ``max_new_tokens`` tokens.
 
     Returns ``(batch, prompt + n)`` ids, ``n <= max_new_tokens``: greedy by default,
-    sampled with ``do_sample=True`` (``temperature``, ``top_k``, ``top_p``; ``key`` is
-    required, and step ``i`` draws with ``fold_in(key, i)``). ``attention_mask`` (1 =
+    sampled with ``do_sample=True`` (``temperature``, ``top_k``, ``top_p``, with
+    transformers' defaults: 1.0, the 50 likeliest tokens, no nucleus; ``top_k=0`` or
+    ``None`` keeps every token; ``key`` is required, and step ``i`` draws with
+    ``fold_in(key, i)``). ``attention_mask`` (1 =
     token, 0 = padding) marks a left-padded batch: each row gets the positions and the
     tokens it would get alone. A row that emits ``eos_token_id`` (default: the
     config's; an int or a list) is finished: its later tokens are ``pad_token_id``
@@ -180,8 +182,9 @@ def generate(
         raise ValueError("generate: do_sample=True needs key= (a jax.random key)")
     if temperature <= 0:
         raise ValueError(f"generate: temperature must be > 0, got {temperature}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ValueError(f"generate: top_k must be an int >= 0 (0: off) or None, got {top_k!r}")
+    top_k = top_k or None  # 0 keeps every token, as transformers' top_k=0
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"generate: top_p must be in (0, 1], got {top_p}")
     config = model.config

@@ -4,6 +4,7 @@ folders both ways. Every parameter of the reference is randomized."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jax
@@ -213,6 +214,47 @@ def test_an_eos_in_every_row_stops_early_and_pads_finished_rows(torch, transform
     np.testing.assert_array_equal(np.asarray(got)[:, -1], first)
 
 
+def test_generation_config_ids_stop_generate_as_transformers(torch, transformers, tmp_path):
+    """A folder whose ``generation_config.json`` lists an eos id that ``config.json``
+    does not (as instruction-tuned models list their end-of-turn token): transformers'
+    generate stops on it, and so does ours after ``from_pretrained``. The eos is the
+    first row's third greedy token, so that row finishes early and pads."""
+    hf = _reference(torch, transformers, "llama")
+    ids, mask = _batch()
+    greedy = hf.generate(
+        torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=6, do_sample=False
+    ).numpy()
+    eos = int(greedy[0, 11])
+    hf.save_pretrained(tmp_path)
+    generation = json.loads((tmp_path / "generation_config.json").read_text())
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps({**generation, "eos_token_id": [eos, VOCAB - 1], "pad_token_id": 0})
+    )
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    want = again.generate(
+        torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=6, do_sample=False
+    ).numpy()
+    assert (want[0, 12:] == 0).all()  # transformers stopped that row
+    model, params = M.from_pretrained(tmp_path)
+    got = M.generate(model, params, ids, attention_mask=mask, max_new_tokens=6)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_config_errors_name_the_file(tmp_path):
+    """A config ``from_pretrained`` cannot use is a ``ValueError`` naming the file and
+    the problem: a rope type it does not implement, a rope type's missing entry."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    base = {"model_type": "llama", **{k: v for k, v in TINY_LLAMA.items()}}
+    for rope, problem in (
+        ({"rope_type": "yarn", "factor": 2.0}, r"rope_type must be"),
+        ({"rope_type": "linear"}, r"missing 'factor'"),
+    ):
+        (folder / "config.json").write_text(json.dumps({**base, "rope_scaling": rope}))
+        with pytest.raises(ValueError, match=rf"^from_pretrained: .*config\.json: .*{problem}"):
+            M.from_pretrained(folder)
+
+
 def test_sampling_rules():
     """Top-k keeps the k largest, top-p the smallest set reaching p, temperature
     scales; the same key draws the same tokens."""
@@ -297,6 +339,27 @@ def test_sampled_generate_draws_step_i_with_fold_in_key_i_and_streams_each_step(
     np.testing.assert_array_equal(streamer.got[0], ids)
     for i, tokens in enumerate(streamer.got[1:]):
         np.testing.assert_array_equal(tokens, got[:, 5 + i])
+
+
+def test_sampling_defaults_are_transformers():
+    """transformers' ``generate`` fills an unset ``top_k`` with 50 (its global defaults)
+    and takes ``top_k=0`` as off: unset, the draws are those of ``top_k=50``; ``0`` and
+    ``None`` keep every token (at a high temperature over 24 draws from a vocabulary of
+    200, some fall outside the 50 likeliest)."""
+    config = gpt2.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=200, eos_token_id=None)
+    model = M.GPT2LMHeadModel(config)
+    params = model.init(jax.random.key(0), (1, 1))
+    ids = np.random.default_rng(3).integers(0, 200, (4, 3))
+    run = functools.partial(
+        M.generate, model, params, ids, max_new_tokens=6, do_sample=True, temperature=50.0
+    )
+    key = jax.random.key(1)
+    np.testing.assert_array_equal(np.asarray(run(key=key)), np.asarray(run(key=key, top_k=50)))
+    every = np.asarray(run(key=key, top_k=0))
+    np.testing.assert_array_equal(every, np.asarray(run(key=key, top_k=None)))
+    logits = np.asarray(model.apply(params, every))[:, 2:-1]  # the logits each draw saw
+    rank = (logits > np.take_along_axis(logits, every[:, 3:, None], -1)).sum(-1)
+    assert (rank >= 50).any(), rank
 
 
 def test_hugging_face_folders_both_ways(torch, transformers, tmp_path):
