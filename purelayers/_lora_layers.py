@@ -48,6 +48,21 @@ def _f32(a: jax.Array) -> jax.Array:
     return a.astype(promote_float(a.dtype))
 
 
+def adapter_dtype(base_dtype: Any) -> Any:
+    """The adapters' dtype for a base weight of ``base_dtype``: float32 over a float16 or
+    bfloat16 base, as PEFT's ``autocast_adapter_dtype=True`` (its default) makes them,
+    else the base's."""
+    return jnp.float32 if base_dtype in (jnp.float16, jnp.bfloat16) else base_dtype
+
+
+def _plus(y: jax.Array, update: jax.Array) -> jax.Array:
+    """``y + update`` in the wider of the two dtypes, back in ``y``'s (PEFT: the sum
+    promotes, then the result is cast to the base output's dtype)."""
+    if update.dtype == y.dtype:
+        return y + update
+    return (y.astype(jnp.promote_types(y.dtype, update.dtype)) + update).astype(y.dtype)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Lora(Layer):
     """What the three LoRA layers share: the settings, the scaling, the base's names.
@@ -109,11 +124,17 @@ class _Lora(Layer):
         adapter from ``fold_in(key, 1)``."""
         params = self.base.init(key, shape, dtype)
         weight = params["weight"]
-        adapter = self.init_adapter(jax.random.fold_in(key, 1), tuple(weight.shape), weight.dtype)
+        adapter = self.init_adapter(
+            jax.random.fold_in(key, 1), tuple(weight.shape), adapter_dtype(weight.dtype)
+        )
         return {**params, **adapter}
 
     def _update(self, params: Params, x: Any, key: jax.Array | None, train: bool) -> jax.Array:
         """``B(A(dropout(x)))``, dropout drawn from ``key`` in train mode only."""
+        x = jnp.asarray(x)
+        a = params["lora_A"]["weight"] if isinstance(params.get("lora_A"), dict) else None
+        if a is not None and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != a.dtype:
+            x = x.astype(a.dtype)  # PEFT: the adapter's input in the adapter's dtype
         if train and self.lora_dropout > 0.0:
             x = dropout(x, self.lora_dropout, key, layer=type(self).__name__)
         return self.call("lora_B", params, self.call("lora_A", params, x))
@@ -183,7 +204,7 @@ class LoraLinear(_Lora):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         y = self.base.apply(self.base_params(params), x)
-        return y + self._update(params, x, key, train) * self.scaling
+        return _plus(y, self._update(params, x, key, train) * self.scaling)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,7 +262,7 @@ class LoraEmbedding(_Lora):
             after_a = jnp.where(pad, jax.lax.stop_gradient(after_a), after_a)
         b = params["lora_embedding_B"].astype(after_a.dtype)
         update = jnp.einsum("...r,dr->...d", after_a, b)
-        return y + (update * self.scaling).astype(y.dtype)
+        return _plus(y, update * self.scaling)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,7 +348,7 @@ class LoraConv(_Lora):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         y = self.base.apply(self.base_params(params), x)
-        return y + self._update(params, x, key, train) * self.scaling
+        return _plus(y, self._update(params, x, key, train) * self.scaling)
 
 
 def lora_layer(base: Layer, **settings: Any) -> _Lora:

@@ -47,7 +47,14 @@ import jax.numpy as jnp
 
 from purelayers import _atomic
 from purelayers import params as _params
-from purelayers._lora_layers import LoraConv, LoraEmbedding, LoraLinear, _Lora, check_settings
+from purelayers._lora_layers import (
+    LoraConv,
+    LoraEmbedding,
+    LoraLinear,
+    _Lora,
+    adapter_dtype,
+    check_settings,
+)
 from purelayers._lora_wrap import LoraModel, join, parse_targets, resolve, unwrap
 from purelayers._tree import Stacked
 from purelayers.layers._checks import check_choice
@@ -211,7 +218,9 @@ def init(lmodel: LoraModel, key: jax.Array, base_params: Params) -> Params:
     ``lora_B`` zeros; an Embedding's ``lora_embedding_A`` zeros and ``lora_embedding_B``
     ``N(0, 1)``), so the model's outputs start unchanged. Target ``i`` of
     ``lmodel.target_modules`` (one per block) draws from ``fold_in(key, i)``; adapters
-    take their base weight's dtype. Existing adapter entries are replaced; the base
+    take their base weight's dtype, but float32 over a float16 or bfloat16 base, as
+    PEFT's ``autocast_adapter_dtype=True`` (its default) makes them; the adapter then
+    computes in float32 and its sum with the base output is cast back, as PEFT's. Existing adapter entries are replaced; the base
     arrays are reused, not copied, and ``base_params`` is not changed.
 
     Raises:
@@ -224,9 +233,8 @@ def init(lmodel: LoraModel, key: jax.Array, base_params: Params) -> Params:
     def visit(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
         w = tree["weight"]
         shape = tuple(w.shape[len(lead) :])
-        drawn = [
-            layer.init_adapter(jax.random.fold_in(key, index[n]), shape, w.dtype) for n in names
-        ]
+        dtype = adapter_dtype(w.dtype)
+        drawn = [layer.init_adapter(jax.random.fold_in(key, index[n]), shape, dtype) for n in names]
         return _with_adapter(layer, tree, _stack(drawn, lead))
 
     return _map_targets(lmodel, base_params, visit, "lora.init")
@@ -408,7 +416,8 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
 
     The config's ``r``, ``lora_alpha`` and ``use_rslora`` must be ``lmodel``'s, and the
     file must hold exactly ``lmodel``'s adapter names (``base_model.model.<target>...``,
-    per block) with their shapes; arrays are cast to their base weight's dtype. Every
+    per block) with their shapes; arrays are cast to the dtype ``init`` gives adapters
+    (the base weight's; float32 over a float16 or bfloat16 base). Every
     check runs before anything is built; ``base_params`` is not changed.
 
     Raises:
@@ -440,7 +449,7 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
     _check_names(weights_file, expected, {k: tuple(v.shape) for k, v in got.items()})
 
     def fetch(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
-        dtype = tree["weight"].dtype
+        dtype = adapter_dtype(tree["weight"].dtype)
         rel = list(layer.adapter_shapes(tuple(tree["weight"].shape[len(lead) :])))
         blocks = [
             _params.unflatten({k: jnp.asarray(got[f"{n}.{k}"], dtype) for k in rel}) for n in names

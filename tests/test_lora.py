@@ -350,6 +350,37 @@ def test_lora_dropout_acts_in_the_models_train_mode(request, which):
         np.testing.assert_array_equal(plain.apply(params, IDS, train=True, key=k1), eval_)
 
 
+def test_bfloat16_base_gets_float32_adapters_as_peft(torch, peft, llama, tmp_path):
+    """PEFT's ``autocast_adapter_dtype=True`` (its default) keeps the adapters of a
+    bfloat16 model in float32, computes them in float32 and casts the sum back: so do
+    ``init`` and ``load_adapter``, and the logits agree with PEFT's to bfloat16's
+    precision; ``merge`` gives bfloat16 weights again."""
+    base, model, base_params = llama
+    theirs = peft.get_peft_model(
+        copy.deepcopy(base).to(torch.bfloat16),
+        peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    _randomize(torch, theirs, 13, only="lora_")
+    assert {p.dtype for n, p in theirs.named_parameters() if "lora_" in n} == {torch.float32}
+    theirs.save_pretrained(tmp_path)
+    lmodel = lora.wrap(model, ["q_proj", "v_proj"], r=4, lora_alpha=8)
+    bf16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), base_params)
+    fresh = lora.init(lmodel, jax.random.key(0), bf16)
+    loaded = lora.load_adapter(tmp_path, lmodel, bf16)
+    for tree in (fresh, loaded):
+        kinds = {
+            ("lora_" in jax.tree_util.keystr(path), np.dtype(leaf.dtype).name)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+        }
+        assert kinds == {(True, "float32"), (False, "bfloat16")}
+    want = theirs(torch.tensor(IDS)).logits.float().detach().numpy()
+    got = lmodel.apply(loaded, IDS)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=0.05, atol=0.05)
+    _, merged = lora.merge(lmodel, loaded)
+    assert {np.dtype(leaf.dtype).name for leaf in jax.tree.leaves(merged)} == {"bfloat16"}
+
+
 def test_gpt2_adapter_round_trips_with_peft(torch, peft, gpt2, tmp_path):
     base, model, base_params = gpt2
     kept = _snapshot(base_params)
