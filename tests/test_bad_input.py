@@ -336,6 +336,32 @@ def test_integer_and_bool_inputs_compute_as_torch_or_name_the_dtype(case_id, kin
     assert (out.dtype.kind == "f") == theirs.is_floating_point(), (out.dtype, theirs.dtype)
 
 
+@pytest.mark.parametrize("case_id", FLOAT_INPUT)
+def test_complex_inputs_compute_as_torch_or_name_the_dtype(case_id, torch):
+    """A complex input is never computed as its real part: the layer refuses it with
+    a ``LayerError`` naming the dtype (where torch's module refuses it, or computes in
+    real arithmetic), or computes what torch computes, in complex."""
+    case = BY_ID[case_id]
+    layer = case.make()
+    rng = np.random.default_rng(0)
+    values = (rng.standard_normal(case.shape) + 1j * rng.standard_normal(case.shape)).astype(
+        np.complex64
+    )
+    params, state = layer.init(KEY, case.shape), layer.init_state(case.shape)
+    x = jax.device_put(values)
+    try:
+        out = _jitted(layer, case, state)(params, state, x)
+    except LayerError as e:
+        assert "dtype" in str(e) and "complex64" in str(e), str(e)
+        return
+    module = twins.randomize(torch, case.torch(torch)).eval()
+    flat = pl.params.flatten(pl.params.merge(params, state))
+    module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in flat.items()}, strict=False)
+    theirs = _torch_out(torch, case, module, torch.tensor(values))  # torch must compute too
+    assert theirs.is_complex()
+    np.testing.assert_allclose(np.asarray(out), theirs.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_a_model_and_its_lora_copy_are_each_checked_against_their_own_tree():
     """``lora.wrap`` copies a model with some children replaced; the copy compares equal
     to the original by configuration, yet each is checked against its own tree."""

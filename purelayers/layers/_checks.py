@@ -161,17 +161,21 @@ def check_shape(layer: str, shape: Any) -> None:
         raise ValueError(f"{layer}.{e}") from None
 
 
-_KINDS = {"floating": "floating point", "integer": "integer", "bool": "bool"}
+_KINDS = {"floating": "floating point", "integer": "integer", "bool": "bool", "complex": "complex"}
 
 
 def dtype_kind(x: Any) -> str | None:
-    """``"floating"`` (complex too), ``"integer"`` or ``"bool"``; None for a non-array."""
+    """``"floating"`` (real), ``"complex"``, ``"integer"`` or ``"bool"``; None for a
+    non-array. A layer whose torch counterpart computes in real floating point refuses
+    complex inputs (torch does too) rather than drop their imaginary parts."""
     try:
         dt = jnp.result_type(x)
     except TypeError:
         return None
     if dt == jnp.bool_:
         return "bool"
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        return "complex"
     return "integer" if jnp.issubdtype(dt, jnp.integer) else "floating"
 
 

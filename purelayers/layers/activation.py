@@ -458,6 +458,8 @@ class GLU(_Activation):
 class Sigmoid(_Activation):
     """Logistic sigmoid. Matches ``torch.nn.Sigmoid``."""
 
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer", "bool")
+
     def function(self, x):
         if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
             x = jnp.asarray(x, jnp.float32)  # as torch: integers and bools give float32

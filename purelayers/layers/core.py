@@ -94,9 +94,10 @@ class Layer:
     def __post_init__(self):
         check_fields(self)
 
-    # The input dtypes the layer computes on ("floating", "integer", "bool"); another
-    # raises LayerError naming the dtype. Containers take any and let children check.
-    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer", "bool")
+    # The input dtypes the layer computes on ("floating", "integer", "bool", "complex");
+    # another raises LayerError naming the dtype. Containers take any and let children
+    # check.
+    accepts: ClassVar[tuple[str, ...]] = ("floating", "integer", "bool", "complex")
 
     @property
     def takes_ids(self) -> bool:

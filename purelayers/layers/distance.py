@@ -38,7 +38,7 @@ def _broadcast(layer: str, x1: Any, x2: Any, floating_only: bool) -> tuple[jax.A
         ) from None
     dtype = jnp.result_type(x1, x2)
     if not jnp.issubdtype(dtype, jnp.floating):
-        if floating_only or dtype == jnp.bool_:
+        if floating_only or dtype == jnp.bool_ or jnp.issubdtype(dtype, jnp.complexfloating):
             raise LayerError(
                 layer,
                 "inputs' common dtype",

@@ -26,6 +26,7 @@ from purelayers.layers._checks import (
     check_float,
     check_int,
     config_error,
+    dtype_kind,
 )
 from purelayers.layers.activation import GELU, ReLU
 from purelayers.layers.core import Lambda, Layer, Params
@@ -264,6 +265,14 @@ class TransformerDecoderLayer(_Block):
         name = type(self).__name__
         x = _tm.batch_first_layout(name, tgt, self.batch_first)
         mem = _tm.batch_first_layout(name, memory, self.batch_first)
+        if dtype_kind(mem) != "floating":
+            raise LayerError(
+                name,
+                "memory dtype",
+                "floating point",
+                str(jnp.result_type(mem)),
+                "the encoder's output, as torch's decoder layer takes it",
+            )
         e = x.shape[-1]
         if mem.ndim != x.ndim or mem.shape[-1] != e or (x.ndim == 3 and mem.shape[0] != x.shape[0]):
             want = f"width {e}" + (f" and batch {x.shape[0]}" if x.ndim == 3 else "")

@@ -179,7 +179,7 @@ class _ConstantPadNd(_PadNd):
         return self.value
 
 
-_ANY = ("floating", "integer", "bool")
+_ANY = ("floating", "integer", "bool", "complex")
 _NUMERIC = ("floating", "integer")
 
 

@@ -24,6 +24,13 @@ def _run(layer, shape, *xs, init_shape=None, **kwargs):
     return jax.eval_shape(go)
 
 
+def _complex_memory(layer):
+    params = layer.init(KEY, (3, 2, 8))
+    return jax.eval_shape(
+        lambda: layer.apply(params, jnp.ones((3, 2, 8)), jnp.ones((4, 2, 8), jnp.complex64))
+    )
+
+
 def _mha_weights(layer, **kwargs):
     return _run(layer, (1, 3, 4), need_weights=True, **kwargs)
 
@@ -139,6 +146,9 @@ ERRORS = [
      lambda: _run(L.TransformerDecoderLayer(2, 16), (3, 2, 8), (4, 2, 6)), LayerError,
      r"^TransformerDecoderLayer: memory \(the encoder's output\) must have tgt's rank, width "
      r"8 and batch 2;\n  tgt\.shape == \(3, 2, 8\), memory\.shape == \(4, 2, 6\)$"),
+    (_P + "decoder-memory-dtype",
+     lambda: _complex_memory(L.TransformerDecoderLayer(2, 16)),
+     LayerError, r"^TransformerDecoderLayer: memory dtype expected floating point, got complex64\n"),
     (_P + "encoder-not-layer", lambda: L.TransformerEncoder("layer", 2), ValueError,
      r"^TransformerEncoder: encoder_layer must be a Layer \(a TransformerEncoderLayer\), "
      r"got 'layer'$"),
