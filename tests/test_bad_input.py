@@ -153,6 +153,31 @@ def test_state_that_does_not_fit_names_the_path_and_the_key(case_id, kind):
     _assert_misfit_named(BY_ID[case_id], kind, "state")
 
 
+def test_a_layer_of_two_inputs_is_checked_against_both_shapes():
+    """``Bilinear``'s params depend on both inputs' widths: a missing, unexpected or
+    wrongly shaped entry is named as for any layer, eagerly and under ``jit``, as are
+    entries given to the parameter-free two-input layers."""
+    layer, x1, x2 = L.Bilinear(4), jnp.ones((3, 5)), jnp.ones((3, 2))
+    params = layer.init(KEY, (x1.shape, x2.shape))
+    cases = [
+        (
+            {"weight": params["weight"]},
+            r"params entry 'bias' expected an array of shape \(4,\), got nothing",
+        ),
+        ({**params, "bias": jnp.ones(5)}, r"params entry 'bias' shape expected \(4,\), got \(5,\)"),
+        ({**params, "extra": jnp.ones(1)}, r"params entry 'extra' expected no such entry"),
+    ]
+    for bad, message in cases:
+        for run in (layer.apply, jax.jit(layer.apply)):
+            with pytest.raises(LayerError, match=rf"^Bilinear: {message}"):
+                run(bad, x1, x2)
+    with pytest.raises(LayerError, match=r"^Bilinear: params entry 'bias' expected no such entry"):
+        L.Bilinear(4, bias=False).apply(params, x1, x2)
+    for free in (L.CosineSimilarity(), L.PairwiseDistance()):
+        with pytest.raises(LayerError, match=r"params entry 'w' expected no such entry"):
+            free.apply({"w": jnp.ones(2)}, x1, x1)
+
+
 def test_a_switched_off_bias_is_expected_absent_and_a_switched_on_one_required():
     x = jnp.ones((4, 5))
     on, off = L.Linear(6), L.Linear(6, bias=False)

@@ -25,9 +25,17 @@ from purelayers.layers._checks import LayerError
 __all__ = ["check_fit", "expected_tree"]
 
 
-def _abstract_input(layer: Any, x: Any) -> jax.ShapeDtypeStruct | None:
-    """The input as ``init`` sees it, or None when ``x`` is not one array."""
+def takes_two(layer: Any) -> bool:
+    """Whether ``layer.init`` takes both inputs' shapes (``Bilinear``: ``_two_inputs``)."""
+    return getattr(type(layer).init, "two_inputs", False)
+
+
+def _abstract_input(layer: Any, x: Any) -> Any:
+    """The input as ``init`` sees it (for a layer of two inputs, ``x`` is the pair and
+    so is this: their shapes), or None when ``x`` is not one array (or two)."""
     try:
+        if takes_two(layer):
+            return tuple(tuple(int(d) for d in jnp.shape(a)) for a in x)
         shape = tuple(int(d) for d in jnp.shape(x))
     except (TypeError, ValueError):
         return None
@@ -309,5 +317,6 @@ def check_fit(layer: Any, tree: Any, x: Any, what: str = "params") -> bool:
         return False
     if isinstance(expected, dict):
         expected = layer.ordered(expected)  # torch's order in messages
-    _Walk(type(layer).__name__, what, tuple(jnp.shape(x))).layer(layer, expected, tree, ())
+    shape = tuple(tuple(jnp.shape(a)) for a in x) if takes_two(layer) else tuple(jnp.shape(x))
+    _Walk(type(layer).__name__, what, shape).layer(layer, expected, tree, ())
     return True

@@ -29,4 +29,5 @@ def pair_init(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Marks an ``init`` that takes two shapes: ``Layer``'s one-shape check is skipped
     (``two_shapes`` checks the pair)."""
     fn.unchecked = fn  # type: ignore[attr-defined]
+    fn.two_inputs = True  # type: ignore[attr-defined]  (the params check reads both)
     return fn

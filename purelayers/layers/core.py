@@ -28,7 +28,7 @@ from purelayers.layers._checks import (
     need_dtype,
 )
 from purelayers.layers._field_checks import check_fields, checking_fields
-from purelayers.layers._fit import check_fit, remember
+from purelayers.layers._fit import check_fit, remember, takes_two
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
@@ -252,6 +252,10 @@ def _checking(raw: Callable[..., Any]) -> Callable[..., Any]:
 
 def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple, kwargs: dict):
     x, state = args[0], kwargs.get("state")
+    if takes_two(layer):
+        if len(args) < 2:
+            return  # the layer's own apply names the missing input
+        x = args[:2]
     try:
         check_fit(layer, params, x, "params")
         if state is not None:

@@ -78,10 +78,14 @@ ERRORS: list = [
     ("linear-bilinear-weight-rank",
      lambda: jax.eval_shape(lambda: L.Bilinear(3).apply(
          {"weight": jnp.zeros((3, 4)), "bias": jnp.zeros(3)}, jnp.zeros(4), jnp.zeros(4))),
-     LayerError, r"^Bilinear: params entry 'weight' rank expected 3 \(out, in1, in2\), got 2$"),
+     LayerError, r"^Bilinear: params entry 'weight' rank expected 3 \(out, in1, in2\), got 2\n"
+     r"  the params do not fit this input either: Bilinear: params entry 'weight' shape "
+     r"expected \(3, 4, 4\), got \(3, 4\)$"),
     ("linear-bilinear-x2-width", lambda: _pair(L.Bilinear(3), (2, 4), (2, 5), x2=jnp.zeros((2, 6))),
      LayerError, r"^Bilinear: x2 last axis \(in2_features\) expected 5, got 6\n  x1\.shape == "
-     r"\(2, 4\), x2\.shape == \(2, 6\); weight \(3, 4, 5\) was initialized for in2_features == 5$"),
+     r"\(2, 4\), x2\.shape == \(2, 6\); weight \(3, 4, 5\) was initialized for in2_features == 5\n"
+     r"  the params do not fit this input either: Bilinear: params entry 'weight' shape "
+     r"expected \(3, 4, 6\), got \(3, 4, 5\)$"),
     ("linear-bilinear-batch", lambda: _pair(L.Bilinear(3), (2, 4), (1, 5)), LayerError,
      r"^Bilinear: x2 leading \(batch\) axes expected x1's \(2,\), got \(1,\) .*\n  torch's "
      r"Bilinear does not broadcast"),
