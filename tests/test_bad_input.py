@@ -26,6 +26,7 @@ import pytest
 
 import purelayers as pl
 from purelayers import layers as L
+from purelayers import models as M
 from purelayers.layers._checks import LayerError
 from purelayers.params import Stacked
 from tests import twins
@@ -293,6 +294,46 @@ def test_empty_axes_give_torchs_answer(case_id, axis, torch):
     assert raised is None, f"torch returns {theirs.shape}; ours raised {raised}"
     assert ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_empty_axes_in_training_and_gradients_as_torch(torch):
+    """Norms training on an empty batch or empty spatial axes keep torch's statistics
+    (InstanceNorm's empty batch: NaN, as torch's average of nothing), a jitted gradient
+    through a zero-width ``Linear`` is zeros of the weight's shape, and a ResNet takes an
+    empty batch."""
+    for ours, module, shape in [
+        (L.BatchNorm2d(), torch.nn.BatchNorm2d(3), (4, 3, 0, 5)),
+        (L.BatchNorm2d(), torch.nn.BatchNorm2d(3), (0, 3, 5, 5)),
+        (
+            L.InstanceNorm2d(track_running_stats=True),
+            torch.nn.InstanceNorm2d(3, track_running_stats=True),
+            (0, 3, 5, 5),
+        ),
+        (
+            L.InstanceNorm2d(track_running_stats=True),
+            torch.nn.InstanceNorm2d(3, track_running_stats=True),
+            (2, 3, 0, 5),
+        ),
+    ]:
+        params, state = ours.init(KEY, shape), ours.init_state(shape)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of nothing
+            run = jax.jit(lambda p, x, s, layer=ours: layer.apply(p, x, state=s, train=True))
+            y, new = run(params, jnp.ones(shape), state)
+            theirs = module.train()(torch.ones(shape))
+        assert y.shape == tuple(theirs.shape)
+        buffers = {k: v for k, v in module.state_dict().items() if k in new}
+        assert len(buffers) == 3
+        for name, value in buffers.items():
+            np.testing.assert_array_equal(np.asarray(new[name]), value.numpy(), err_msg=name)
+    linear = L.Linear(6)
+    params = linear.init(KEY, (2, 3, 0))
+    grads = jax.jit(jax.grad(lambda p: linear.apply(p, jnp.ones((2, 3, 0))).sum()))(params)
+    assert grads["weight"].shape == (6, 0)
+    np.testing.assert_array_equal(np.asarray(grads["bias"]), np.full(6, 6.0))
+    resnet = M.resnet18(num_classes=5)
+    params, state = resnet.init(KEY, (1, 3, 32, 32)), resnet.init_state((1, 3, 32, 32))
+    assert resnet.apply(params, jnp.ones((0, 3, 32, 32)), state=state)[0].shape == (0, 5)
 
 
 def test_empty_widths_as_torch(torch):

@@ -116,8 +116,9 @@ class _BatchNorm(_RunningStatsNorm):
 
     def _update(self, state: State, mean, var, n: int, shape: tuple[int, ...]) -> State:
         """The running statistics after one training batch (no gradient flows in)."""
-        if math.prod(shape) == 0 and shape[0] == 0:
-            # an empty batch: torch counts it and leaves the statistics as they are
+        if math.prod(shape) == 0 and (shape[0] == 0 or n == 0):
+            # an empty batch (or empty spatial axes, no values per channel): torch counts
+            # it and leaves the statistics as they are
             return {**state, "num_batches_tracked": state["num_batches_tracked"] + 1}
         if n < 2:
             raise LayerError(

@@ -61,7 +61,8 @@ def _axes_contraction(a, b):
 
 
 def _rows_contraction(a, b):
-    return _axes_contraction(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]))
+    rows = math.prod(a.shape[:-1])  # (not -1: an axis of length 0 leaves it undetermined)
+    return _axes_contraction(a.reshape(rows, a.shape[-1]), b.reshape(rows, b.shape[-1]))
 
 
 # -- the primitives -----------------------------------------------------------------------

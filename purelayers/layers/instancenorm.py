@@ -136,8 +136,12 @@ class _InstanceNorm(_RunningStatsNorm):
         """Running statistics after one training batch: each instance's mean and unbiased
         variance, averaged over the batch (no gradient flows in)."""
         m = 0.0 if self.momentum is None else self.momentum
-        batch = mean.shape[0]
-        mean, var = jax.lax.stop_gradient((mean.reshape(batch, -1), var.reshape(batch, -1)))
+        batch, channels = mean.shape[0], state["running_mean"].shape[0]
+        if n == 0:  # torch: no values per instance, the statistics unchanged
+            return state
+        # (an empty batch averages nothing: NaN statistics, as torch's)
+        shape = (batch, channels)
+        mean, var = jax.lax.stop_gradient((mean.reshape(shape), var.reshape(shape)))
         rm, rv = state["running_mean"], state["running_var"]
         new_mean = (1 - m) * rm.astype(mean.dtype) + m * jnp.mean(mean, axis=0)
         new_var = (1 - m) * rv.astype(var.dtype) + m * jnp.mean(var, axis=0) * (n / (n - 1))

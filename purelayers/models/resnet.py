@@ -13,6 +13,7 @@ does ("ResNet V1.5"). BatchNorm buffers live in the state tree, so ``apply`` tak
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -377,7 +378,7 @@ class ResNet(Layer):
         need_ndim("ResNet", x, (4,), "(N, C, H, W)")
         new_state: State = {}
         h = _run(self, _FEATURES, params, x, state, new_state, train)
-        h = h.reshape(h.shape[0], -1)  # torch.flatten(x, 1)
+        h = h.reshape(h.shape[0], math.prod(h.shape[1:]))  # torch.flatten(x, 1)
         return self.call("fc", params, h), new_state
 
 

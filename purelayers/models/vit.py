@@ -25,6 +25,7 @@ self-attention is BERT's (``purelayers.models.bert.BertSelfAttention``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 import jax
@@ -217,7 +218,7 @@ class ViTEmbeddings(Layer):
             pixel_values = jnp.asarray(pixel_values).astype(weight.dtype)
         x = self.call("patch_embeddings", params, pixel_values)  # (batch, E, h, w)
         b, e = x.shape[:2]
-        x = jnp.swapaxes(x.reshape(b, e, -1), 1, 2)
+        x = jnp.swapaxes(x.reshape(b, e, math.prod(x.shape[2:])), 1, 2)
         cls = jnp.broadcast_to(params["cls_token"].astype(x.dtype), (b, 1, e))
         x = jnp.concatenate([cls, x], axis=1) + params["position_embeddings"].astype(x.dtype)
         return self.call("dropout", params, x, key=key, train=train)
