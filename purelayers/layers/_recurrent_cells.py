@@ -412,6 +412,10 @@ class _Cell(Layer):
         parts = (hx,) if n == 1 else hx
         if n == 2 and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
             raise LayerError(name, "hx", "a pair (h, c)", type(hx).__name__)
+        if n == 1 and isinstance(hx, (tuple, list)):
+            raise LayerError(
+                name, "hx", "one array (it has no cell state)", f"a {type(hx).__name__}"
+            )
         out = []
         for what, h in zip(("h", "c")[:n], parts, strict=True):
             need_state_shape(name, f"hx {what}" if n == 2 else "hx", h, shape)

@@ -232,6 +232,10 @@ class _Recurrent(Layer):
             return tuple(jnp.zeros((*lead, w), dtype) for w in widths)
         if n == 2 and not (isinstance(hx, (tuple, list)) and len(hx) == 2):
             raise LayerError(name, "hx", "a pair (h_0, c_0)", type(hx).__name__)
+        if n == 1 and isinstance(hx, (tuple, list)):
+            raise LayerError(
+                name, "hx", "one array h_0 (it has no cell state)", f"a {type(hx).__name__}"
+            )
         parts = (hx,) if n == 1 else tuple(hx)
         out = []
         for what, h, w in zip(("h_0", "c_0")[:n], parts, widths, strict=True):
@@ -243,6 +247,8 @@ class _Recurrent(Layer):
     def _lengths(self, lengths: Any, batch: int, batched: bool, steps: int) -> jax.Array | None:
         if lengths is None:
             return None
+        if isinstance(lengths, (list, tuple)):  # as torch takes a list of lengths
+            lengths = np.asarray(lengths)
         name = type(self).__name__
         expected = (batch,) if batched else ()
         if tuple(jnp.shape(lengths)) != expected:

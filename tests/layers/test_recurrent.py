@@ -569,6 +569,8 @@ def test_lengths_equal_unpadded_runs():
         np.testing.assert_allclose(h[:, b], ha, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(c[:, b], ca, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out1, out[:, 2], rtol=1e-5, atol=1e-6)
+    # a Python list of lengths, as torch's pack_padded_sequence takes one
+    np.testing.assert_array_equal(layer.apply(params, x, lengths=sizes)[0], out)
 
 
 # -- dropout, dtype, transformations ---------------------------------------------------------
