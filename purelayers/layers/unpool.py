@@ -13,9 +13,10 @@ which are ignored) gives it: each must lie strictly between that default minus a
 ``stride - 1`` elements an explicit size restores).
 
 Where two indices of a channel coincide, the later one (in row-major order of ``x``)
-is written, as torch's CPU kernel; its gradient reaches both, as torch's. Indices
-outside ``[0, prod(output size))`` are dropped: torch raises at run time, and traced
-values cannot raise.
+is written, as torch's CPU kernel; its gradient reaches both, as torch's. An index
+outside ``[0, prod(output size))`` is a ``LayerError`` naming it, as torch raises at run
+time; traced indices (under ``jit``), not known when the error could be raised, make
+the whole output NaN instead of being dropped.
 
 Args:
   kernel_size: the pool's window size, an int or one int per spatial axis.
@@ -40,6 +41,7 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from purelayers.layers._checks import LayerError
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
@@ -146,9 +148,22 @@ class _MaxUnpoolNd(Layer):
         indices = indices[None] if added else indices
         need_nonempty(name, x)
         size = self._sizes(x.shape[2:], output_size)
-        lead, n = x.shape[:2], math.prod(x.shape[2:])
-        flat = _unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), math.prod(size))
-        return unbatched(flat.reshape((*lead, *size)), added)
+        lead, n, total = x.shape[:2], math.prod(x.shape[2:]), math.prod(size)
+        out_of_range = (indices < 0) | (indices >= total)
+        if not isinstance(indices, jax.core.Tracer) and bool(out_of_range.any()):
+            where = tuple(int(i) for i in np.argwhere(np.asarray(out_of_range))[0])
+            raise LayerError(
+                name,
+                f"indices{list(where[1:] if added else where)}",
+                f"in [0, {total}) (the output's {size} positions per channel)",
+                int(indices[where]),
+                "as torch's, which raises on an invalid max index",
+            )
+        flat = _unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), total)
+        y = flat.reshape((*lead, *size))
+        if isinstance(indices, jax.core.Tracer) and jnp.issubdtype(y.dtype, jnp.inexact):
+            y = jnp.where(out_of_range.any(), jnp.nan, y)  # not known when traced: NaN, no drop
+        return unbatched(y, added)
 
 
 @dataclasses.dataclass(frozen=True)

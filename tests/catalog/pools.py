@@ -122,6 +122,10 @@ ERRORS: list = [
      r"^MaxUnpool2d: indices dtype expected integer, got float32"),
     ("pools-unpool-indices-shape", _unpool(idx=jnp.zeros((1, 1, 2, 3), jnp.int32)), LayerError,
      r"^MaxUnpool2d: indices shape expected x's shape \(1, 1, 2, 2\), got \(1, 1, 2, 3\)"),
+    ("pools-unpool-index-range",
+     lambda: L.MaxUnpool2d(2).apply({}, jnp.zeros((1, 1, 2, 2)), jnp.full((1, 1, 2, 2), 16)),
+     LayerError, r"^MaxUnpool2d: indices\[0, 0, 0, 0\] expected in \[0, 16\) \(the output's "
+     r"\(4, 4\) positions per channel\), got 16\n  as torch's, which raises"),
     ("pools-fractional-one-size", lambda: L.FractionalMaxPool2d(2), ValueError,
      r"^FractionalMaxPool2d: give exactly one of output_size and output_ratio, got "
      r"output_size=None, output_ratio=None$"),

@@ -331,10 +331,17 @@ def test_unpool_repeated_indices_as_torch(torch):
     np.testing.assert_array_equal(y, [[3, 4, 0, 0, 0, 0, 0, 0]])
 
 
-def test_unpool_drops_indices_outside_the_output():
-    """torch raises at run time; a traced value cannot, so they write nothing."""
-    y = L.MaxUnpool1d(2).apply({}, jnp.array([[[1.0, 2.0, 3.0]]]), jnp.array([[[-1, 5, 6]]]))
-    np.testing.assert_array_equal(y, [[[0, 0, 0, 0, 0, 2]]])
+def test_unpool_indices_outside_the_output_raise_or_give_nan():
+    """torch raises on an index outside the output: so does a call with concrete
+    indices, naming the first; traced, where the values are not known, the output is
+    NaN (never a silently dropped value). Indices for a larger ``output_size`` too."""
+    x, bad = jnp.array([[[1.0, 2.0, 3.0]]]), jnp.array([[[2, 5, 6]]])
+    with pytest.raises(LayerError, match=r"^MaxUnpool1d: indices\[0, 0, 2\] expected in \[0, 6\)"):
+        L.MaxUnpool1d(2).apply({}, x, bad)
+    assert np.isnan(np.asarray(jax.jit(L.MaxUnpool1d(2).apply)({}, x, bad))).all()
+    y, idx = L.MaxPool2d(2, return_indices=True).apply({}, jnp.arange(16.0).reshape(1, 1, 4, 4))
+    with pytest.raises(LayerError, match=r"expected in \[0, 9\) \(the output's \(3, 3\)"):
+        L.MaxUnpool2d(2).apply({}, y, idx, (3, 3))
 
 
 def test_unpool_shape_errors():
