@@ -282,6 +282,25 @@ def owned(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return raw[start : start + n].view(dtype).reshape(shape)
 
 
+def same_values(a: Any, b: Any) -> bool:
+    """Whether two checkpoint tensors (``Tensor``s, or anything with their ``read``, or
+    arrays) hold equal values, read a block of leading-axis rows at a time (a tied
+    name's copy is checked without a full copy of either in memory)."""
+    shape = tuple(a.shape)
+    if shape != tuple(b.shape):
+        return False
+    if len(shape) < 1 or not all(hasattr(t, "read") for t in (a, b)):
+        read = [t.read() if hasattr(t, "read") else np.asarray(t) for t in (a, b)]
+        return bool(np.array_equal(*read))
+    row = max(1, math.prod(shape[1:]) * max(a.dtype.itemsize, b.dtype.itemsize))
+    step = max(1, _CHUNK_BYTES // row)
+    for i in range(0, shape[0], step):
+        index = (slice(i, min(i + step, shape[0])),)
+        if not np.array_equal(a.read(index, dtype=b.dtype), b.read(index)):
+            return False
+    return True
+
+
 class Tensor(NamedTuple):
     """One tensor of a checkpoint file, located by its header; read with ``read``."""
 

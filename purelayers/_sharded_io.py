@@ -128,8 +128,7 @@ def load_sharded(
         recorded = _io.aliases(meta)
 
     def equal(a: str, b: str) -> bool:
-        dtype = tensors[b].dtype
-        return bool(np.array_equal(tensors[a].read(dtype=dtype), tensors[b].read(dtype=dtype)))
+        return _io.same_values(tensors[a], tensors[b])
 
     source, keys = _params._match(
         names,

@@ -136,17 +136,15 @@ def _match(
     """
     source = {k: k for k in names if k in available}
     consumed: set[str] = set()
+    both: list[tuple[str, str]] = []  # tied names the checkpoint holds twice: compared last
     for alias, original in (aliases or {}).items():
         if alias in names or alias not in available or original not in names:
             continue
         consumed.add(alias)
         if original not in available:
             source[original] = alias
-        elif equal is not None and not equal(alias, original):
-            raise ValueError(
-                f"{who}: {alias!r} is tied to {original!r} but the checkpoint holds different "
-                f"values under the two names; nothing was loaded"
-            )
+        else:
+            both.append((alias, original))
     keys = IncompatibleKeys(
         [k for k in names if k not in source],
         [k for k in available if k not in names and k not in consumed],
@@ -164,6 +162,12 @@ def _match(
     ]
     if mismatched:
         raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
+    for alias, original in both:
+        if equal is not None and not equal(alias, original):
+            raise ValueError(
+                f"{who}: {alias!r} is tied to {original!r} but the checkpoint holds different "
+                f"values under the two names; nothing was loaded"
+            )
     return source, keys
 
 
@@ -177,7 +181,12 @@ def _dtype(like: Any) -> Any:
 
 
 def _equal_values(flat: Mapping[str, Any]) -> Callable[[str, str], bool]:
-    return lambda a, b: bool(np.array_equal(_to_numpy(flat[a]), _to_numpy(flat[b])))
+    def equal(a: str, b: str) -> bool:
+        if isinstance(flat[a], _io.Tensor) and isinstance(flat[b], _io.Tensor):
+            return _io.same_values(flat[a], flat[b])  # a file's: compared block by block
+        return bool(np.array_equal(_to_numpy(flat[a]), _to_numpy(flat[b])))
+
+    return equal
 
 
 def _filler(flat: Mapping[str, Any], source: Mapping[str, str]):
