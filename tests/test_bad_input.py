@@ -154,6 +154,22 @@ def test_state_that_does_not_fit_names_the_path_and_the_key(case_id, kind):
     _assert_misfit_named(BY_ID[case_id], kind, "state")
 
 
+def test_a_buffer_missing_from_a_models_state_is_named_as_the_states():
+    """A model whose children read their state themselves (ResNet's BatchNorms): a
+    running statistic missing from the state tree is reported as the state's entry,
+    with the child's path, not as a missing parameter."""
+    model = M.resnet18(num_classes=5)
+    params, state = model.init(KEY, (1, 3, 32, 32)), model.init_state((1, 3, 32, 32))
+    flat = pl.params.flatten(state)
+    del flat["layer1.0.bn1.running_var"]
+    with pytest.raises(
+        LayerError,
+        match=r"^ResNet\[layer1\.0\.bn1\] BatchNorm2d: state has no entry 'running_var'\n"
+        r"  got keys \['num_batches_tracked', 'running_mean'\]; pass the tree init_state",
+    ):
+        model.apply(params, jnp.ones((1, 3, 32, 32)), state=pl.params.unflatten(flat))
+
+
 def test_a_layer_of_two_inputs_is_checked_against_both_shapes():
     """``Bilinear``'s params depend on both inputs' widths: a missing, unexpected or
     wrongly shaped entry is named as for any layer, eagerly and under ``jit``, as are

@@ -193,6 +193,23 @@ def need_dtype(layer: str, x: Any, accepts: Sequence[str]) -> None:
     )
 
 
+def need_representable(layer: str, what: str, value: Any, x: Any) -> None:
+    """A constant (a bound, a fill value) that an integer input must hold as it is, as
+    torch requires ("value cannot be converted ... without overflow")."""
+    dtype = jnp.result_type(x)
+    if not jnp.issubdtype(dtype, jnp.integer):
+        return
+    info = jnp.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise LayerError(
+            layer,
+            what,
+            f"within {dtype}'s range [{info.min}, {info.max}] for an input of that dtype",
+            value,
+            "as torch refuses it; cast the input first",
+        )
+
+
 def need_width(layer: str, what: str, width: int, refusal: str) -> int:
     """An input width (features, channels) that torch's layer refuses when empty."""
     if width == 0:
@@ -200,15 +217,17 @@ def need_width(layer: str, what: str, width: int, refusal: str) -> int:
     return width
 
 
-def missing_params(layer: str, err: KeyError, params: Any) -> LayerError:
-    """A layer's ``KeyError`` on its own params, as an error that names the layer."""
+def missing_params(layer: str, err: KeyError, params: Any, what: str = "params") -> LayerError:
+    """A layer's ``KeyError`` on its own params (or state: ``what``), as an error that
+    names the layer."""
     keys = sorted(params) if isinstance(params, dict) else type(params).__name__
+    maker = "init" if what == "params" else "init_state"
     return LayerError(
         layer,
-        f"params has no entry {err.args[0]!r}",
+        f"{what} has no entry {err.args[0]!r}",
         None,
         None,
-        f"got keys {keys}; pass the tree init returned (is a child's entry missing?)",
+        f"got keys {keys}; pass the tree {maker} returned (is a child's entry missing?)",
     )
 
 

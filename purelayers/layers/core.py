@@ -230,8 +230,25 @@ def apply_child(
     except KeyError as e:
         if not e.args or (isinstance(params, Mapping) and e.args[0] in params):
             raise
-        err = missing_params(type(child).__name__, e, params)
+        state = kwargs.get("state")
+        if _a_missing_buffer(child, e.args[0], state, x):
+            err = missing_params(type(child).__name__, e, state, what="state")
+        else:
+            err = missing_params(type(child).__name__, e, params)
         raise err.within(type(parent).__name__, name) from None
+
+
+def _a_missing_buffer(child: Layer, key: Any, state: Any, x: Any) -> bool:
+    """Whether ``key`` is a buffer ``child.init_state`` builds for ``x`` that ``state``
+    lacks (so the error is the state's, not the params')."""
+    if not isinstance(state, Mapping) or key in state or not hasattr(child, "init_state"):
+        return False
+    try:
+        with paused():
+            expected = jax.eval_shape(lambda: child.init_state(tuple(jnp.shape(x))))
+    except Exception:  # no expected state for this input: not a buffer
+        return False
+    return isinstance(expected, Mapping) and key in expected
 
 
 def _checking(raw: Callable[..., Any]) -> Callable[..., Any]:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from purelayers.layers._checks import LayerError, config_error
+from purelayers.layers._checks import LayerError, config_error, need_representable
 from purelayers.layers._spatial import check_rank, is_int
 from purelayers.layers.core import Layer, Params
 
@@ -146,6 +146,7 @@ class _PadNd(Layer):
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x = jnp.asarray(x)
         self._check(tuple(x.shape))
+        need_representable(type(self).__name__, "value", self._value, x)
         return _pad(x, _per_axis(self.padding, self._nd), self._mode, self._value)
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers._checks import check_float, config_error, need_key
+from purelayers.layers._checks import check_float, config_error, need_key, need_representable
 from purelayers.layers.activation import _Activation
 from purelayers.layers.core import Params
 
@@ -143,6 +143,8 @@ class Hardtanh(_Activation):
             )
 
     def function(self, x):
+        for what in ("min_val", "max_val"):
+            need_representable("Hardtanh", what, getattr(self, what), x)
         return hardtanh(x, self.min_val, self.max_val)
 
 

@@ -81,6 +81,10 @@ ERRORS: list = [
      r"^Hardtanh: min_val must be a finite number, got -inf$"),
     ("activations-hardtanh-max", lambda: L.Hardtanh(max_val="1"), ValueError,
      r"^Hardtanh: max_val must be a finite number, got '1'$"),
+    ("activations-hardtanh-unsigned",
+     lambda: L.Hardtanh().apply({}, jnp.array([0, 5, 200], jnp.uint8)), LayerError,
+     r"^Hardtanh: min_val expected within uint8's range \[0, 255\] for an input of that "
+     r"dtype, got -1\.0\n  as torch refuses it"),
     ("activations-hardtanh-order", lambda: L.Hardtanh(1.0, 1.0), ValueError,
      r"^Hardtanh: max_val must be greater than min_val \(1\.0\), got 1\.0$"),
     ("activations-threshold-threshold", lambda: L.Threshold(float("nan"), 0.0), ValueError,

@@ -79,6 +79,10 @@ _RANK = r"input rank expected "
 
 # fmt: off
 ERRORS = [
+    ("shaping-constant-pad-value",
+     lambda: L.ConstantPad1d(1, -1.0).apply({}, jnp.ones((1, 2), jnp.uint8)), LayerError,
+     r"^ConstantPad1d: value expected within uint8's range \[0, 255\] for an input of that "
+     r"dtype, got -1\.0\n  as torch refuses it"),
     # -- Unflatten
     ("shaping-unflatten-dim", lambda: L.Unflatten(1.0, (2, 3)), ValueError,
      r"^Unflatten: dim must be an int, got 1\.0$"),
