@@ -385,6 +385,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Linear\.init: shape must be .* got \(4, 5\.5\)$"),
     ("init-shape-negative", lambda: L.Linear(6).init(KEY, (4, -5)), ValueError,
      r"^Linear\.init: shape must be .* got \(4, -5\)$"),
+    ("init-state-shape-float", lambda: L.BatchNorm1d().init_state((4, 3.5)), ValueError,
+     r"^BatchNorm1d\.init_state: shape must be .* got \(4, 3\.5\)$"),
     ("init-shape-traced", lambda: jax.eval_shape(L.Linear(6).init, KEY, (4, 5)), ValueError,
      r"^Linear\.init: shape must be static, got traced values .*jax\.eval_shape\(model\.init, key, "
      r"shape\) traces the shape too\. For an abstract params tree use "

@@ -87,6 +87,9 @@ class Layer:
         raw_init = cls.__dict__.get("init")
         if callable(raw_init) and not hasattr(raw_init, "unchecked"):
             cls.init = _checking_shape(raw_init)
+        raw_state = cls.__dict__.get("init_state")
+        if callable(raw_state) and not hasattr(raw_state, "unchecked"):
+            cls.init_state = _checking_state_shape(raw_state)
         post = cls.__dict__.get("__post_init__")
         if callable(post) and not hasattr(post, "unchecked"):
             cls.__post_init__ = checking_fields(post)
@@ -315,6 +318,22 @@ def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
 
     init.unchecked = raw  # type: ignore[attr-defined]
     return init
+
+
+def _checking_state_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
+    """``raw`` (a class's own ``init_state``) after checking ``shape``, an error naming
+    this layer's ``init_state``."""
+
+    @functools.wraps(raw)
+    def init_state(self: Layer, shape: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            check_shape(type(self).__name__, shape)
+        except ValueError as e:
+            raise ValueError(str(e).replace(".init: ", ".init_state: ", 1)) from None
+        return raw(self, shape, *args, **kwargs)
+
+    init_state.unchecked = raw  # type: ignore[attr-defined]
+    return init_state
 
 
 def unchecked(layer: Layer) -> Callable[..., Any]:
