@@ -3,6 +3,7 @@ twin) and tree comparisons by checkpoint name."""
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -222,14 +223,21 @@ def _worst(pairs: list[tuple[str, Any, Any]], rtol: float, atol: float) -> list[
         if a.shape != b.shape:
             bad.append((np.inf, f"{name}: shape {a.shape}, torch's {b.shape}"))
             continue
-        excess = np.abs(a - b) - (atol + rtol * np.abs(b))
+        # NaN where torch has NaN (and the same infinity) agrees; NaN on one side only, or
+        # opposite infinities, is the worst mismatch (it must not hide the leaf's others)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        with np.errstate(invalid="ignore"):
+            excess = np.abs(a - b) - (atol + rtol * np.abs(b))
+        excess = np.where(same, -np.inf, np.where(np.isnan(excess), np.inf, excess))
         if a.size and np.max(excess) > 0:
             i = np.unravel_index(int(np.argmax(excess)), a.shape)
+            with np.errstate(invalid="ignore"):
+                diff = np.where(same, 0.0, np.abs(a - b))
             bad.append(
                 (
                     float(np.max(excess)),
-                    f"{name}: max |diff| {np.max(np.abs(a - b)):.3g}, at {tuple(map(int, i))} "
-                    f"ours {a[i]:.8g} vs torch {b[i]:.8g}",
+                    f"{name}: max |diff| {np.nanmax(np.where(np.isnan(diff), np.inf, diff)):.3g}, "
+                    f"at {tuple(map(int, i))} ours {a[i]:.8g} vs torch {b[i]:.8g}",
                 )
             )
     return [line for _, line in sorted(bad, key=lambda t: -t[0])]
@@ -441,7 +449,8 @@ def assert_matches_torch(
         )
         # Both sides are float32 sums: in a saturated softmax, round-off reaches 0.1% of
         # the scale; a forward rule that is not the reverse one's transpose is off by O(1).
-        if abs(forward - reverse) > _FORWARD_RTOL * scale:
+        one_nan = math.isnan(forward) != math.isnan(reverse)  # (NaN on both sides agrees)
+        if one_nan or abs(forward - reverse) > _FORWARD_RTOL * scale:
             forward_line = (
                 f"forward mode: <g, J t> = {forward:.8g} but reverse mode <J^T g, t> = "
                 f"{reverse:.8g} (|diff| {abs(forward - reverse):.3g} > {_FORWARD_RTOL:g} of "

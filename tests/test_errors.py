@@ -241,6 +241,13 @@ def _mha_cache(cache_shape, x_shape=(1, 3, 8), **kw):
     return layer.apply(params, jnp.zeros(x_shape), cache=cache)
 
 
+def _repeat_cache_overflow():
+    stack = L.Repeat(L.TransformerBlock(2), 2)
+    params = stack.init(KEY, (1, 3, 8))
+    _, cache = stack.apply(params, jnp.zeros((1, 3, 8)), cache=stack.init_cache((1, 4, 8)))
+    return stack.apply(params, jnp.zeros((1, 3, 8)), cache=cache)
+
+
 def _mha_cache_overflow():
     """Eager calls (a concrete cached length): 3 positions, then 3 more into a cache of 4."""
     layer = L.MultiHeadAttention(2, causal=True)
@@ -685,6 +692,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"\(\(2, 4, 2, 4\), \(2, 4, 2, 4\)\)\n  make it with init_cache"),
     ("mha-cache-too-short", lambda: _mha_cache((1, 2, 8)), LayerError,
      r"^MultiHeadAttention: sequence length at most max_len expected 2, got 3$"),
+    ("repeat-cache-overflow", _repeat_cache_overflow, LayerError,
+     r"^Repeat: cached length plus new positions at most max_len expected 4, got 3 \+ 3 = 6\n"),
     ("mha-cache-overflow", _mha_cache_overflow, LayerError,
      r"^MultiHeadAttention: cached length plus new positions at most max_len expected 4, "
      r"got 3 \+ 3 = 6\n  the cache is full; make a longer one with init_cache$"),

@@ -197,3 +197,24 @@ def test_assert_matches_torch_needs_forward_mode(torch):
     pl.testing.assert_matches_torch(L.Tanh(), torch.nn.Tanh(), x, grads=False)
     with pytest.raises(TypeError, match="forward-mode autodiff"):
         pl.testing.assert_matches_torch(L.Lambda(tanh), torch.nn.Tanh(), x)
+
+
+def test_assert_matches_torch_sees_nan(torch):
+    """A NaN where torch has a number fails, and a NaN elsewhere in a leaf hides none of
+    its other mismatches; NaN where torch has NaN (a NaN input row) agrees."""
+    import numpy as np
+
+    from purelayers import layers as L
+
+    layer, module = L.Linear(3), _randomized(torch, torch.nn.Linear(4, 3))
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    with pytest.raises(AssertionError, match=r"output 0: max \|diff\| inf, at \(0, 0\) ours nan"):
+        pl.testing.assert_matches_torch(
+            layer, module, x, apply=lambda p, v: layer.apply(p, v) * jnp.nan
+        )
+    x[0, 0] = np.nan  # row 0 is NaN on both sides
+    pl.testing.assert_matches_torch(layer, module, x)
+    with pytest.raises(AssertionError, match=r"output 0: max \|diff\| 5, at \(1, "):
+        pl.testing.assert_matches_torch(
+            layer, module, x, apply=lambda p, v: layer.apply(p, v) + 5.0
+        )

@@ -245,7 +245,8 @@ class MultiHeadAttention(_Packed):
     ``cache=``); ``init_cache((batch, max_len, E))``. Boolean masks are ``True`` where a
     query may attend (the *opposite* of torch MHA's boolean ``attn_mask``); torch's
     ``key_padding_mask`` ``kpm`` is ``mask=~kpm[:, None, None, :]``. Writing past
-    ``max_len`` is not detected (``dynamic_update_slice`` clamps the write).
+    ``max_len`` raises where the cached length is known and gives NaN under ``jit``
+    (``AttentionCore``).
 
     Shape:
       ``x``: ``(batch, seq, E)`` or ``(seq, E)``; ``context``: ``(batch, kv_seq, E)``;

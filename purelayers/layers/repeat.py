@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from purelayers._tree import Stacked
 from purelayers.layers import _capture
@@ -99,19 +100,52 @@ class Remat(Layer):
 
     def apply(self, params: Params, x: Any, **kwargs: Any):
         """``layer.apply(params, x, **kwargs)`` (``key``, ``train``, ``state``, ...)."""
-        train = kwargs.pop("train", False)  # a Python bool: stays static
+        # arrays (key, state, cache, masks) go through the checkpoint; Python values
+        # (train, need_weights, ...) are closed over and stay static
+        arrays = {k: v for k, v in kwargs.items() if _all_arrays(v)}
+        static = {k: v for k, v in kwargs.items() if k not in arrays}
 
         def run(p, x, kw):
-            return self.layer.apply(p, x, train=train, **kw)
+            return self.layer.apply(p, x, **static, **kw)
 
         rec = _capture.active()
         if rec is None:
-            return jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
+            return jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, arrays)
         # captured values leave the checkpoint as its outputs, not as leaked tracers
         run = _capture.collect(run, _capture.inner(rec))
-        out, values = jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, kwargs)
+        out, values = jax.checkpoint(run, policy=_policy(self.remat_policy))(params, x, arrays)
         _capture.record(rec, values)
         return out
+
+
+def _need_cache_room(cache: Any, x: Any) -> None:
+    """Inside the scan the blocks' cached lengths are traced, so the attention cannot
+    check them: where they are known here, ``x``'s positions must fit every block's
+    decoding cache (an attention cache: ``keys``, ``values``, ``length``, stacked)."""
+    nodes = [cache] if isinstance(cache, dict) else []
+    while nodes:
+        node = nodes.pop()
+        if node.keys() == {"keys", "values", "length"}:
+            length, keys = node["length"], node["keys"]
+            if isinstance(length, jax.core.Tracer) or jnp.ndim(keys) < 3 or jnp.ndim(x) < 2:
+                continue
+            t, max_len, used = jnp.shape(x)[-2], keys.shape[2], int(np.max(np.asarray(length)))
+            if used + t > max_len:
+                raise LayerError(
+                    "Repeat",
+                    "cached length plus new positions at most max_len",
+                    max_len,
+                    f"{used} + {t} = {used + t}",
+                    "the cache is full; make a longer one with init_cache",
+                )
+        else:
+            nodes.extend(v for v in node.values() if isinstance(v, dict))
+
+
+def _all_arrays(value: Any) -> bool:
+    """Whether ``value`` is an array, or a tree of them (not a Python scalar or None)."""
+    leaves = jax.tree.leaves(value)
+    return bool(leaves) and all(isinstance(a, (jax.Array, np.ndarray)) for a in leaves)
 
 
 def _stack_leaves(trees: list[Any]) -> Any:
@@ -370,6 +404,8 @@ class Repeat(Layer):
                 out, c = out
             return out, (c, s, values)
 
+        if cache is not None:
+            _need_cache_room(cache, x)
         if self.remat:
             body = jax.checkpoint(body, policy=_policy(self.remat_policy))
         xs = (stacked, jnp.arange(self.n), cache, blocks_state)

@@ -193,6 +193,21 @@ def test_repeat_cached_decoding():
     np.testing.assert_array_equal(cache["length"], [5, 5])
 
 
+def test_repeat_cache_overflow_raises_before_its_scan():
+    """Inside ``Repeat``'s scan the cached lengths are traced; ``Repeat`` checks them
+    first where they are known: an eager call past ``max_len`` raises, and under ``jit``
+    the output is NaN (the attention's rule), within the cache it is finite."""
+    stack = Repeat(TransformerBlock(2), 2)
+    params = stack.init(jax.random.key(0), (1, 3, 8))
+    x = jax.random.normal(jax.random.key(1), (1, 3, 8))
+    _, cache = stack.apply(params, x, cache=stack.init_cache((1, 4, 8)))
+    with pytest.raises(ValueError, match=r"^Repeat: cached length plus new positions at most "):
+        stack.apply(params, x, cache=cache)
+    step = jax.jit(lambda p, v, c: stack.apply(p, v, cache=c))
+    assert np.isnan(np.asarray(step(params, x, cache)[0])).all()
+    assert np.isfinite(np.asarray(step(params, x[:, :1], cache)[0])).all()
+
+
 def test_repeat_errors():
     with pytest.raises(ValueError, match="Repeat: n must be a positive integer, got 0"):
         Repeat(TransformerBlock(2), 0)
@@ -302,6 +317,25 @@ def test_remat_passes_state_and_policy_through():
     want = bn.apply(params, x, state=state, train=True)
     got = wrapped.apply(params, x, state=state, train=True)
     jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_remat_keeps_python_keyword_arguments_static():
+    """Keyword arguments that are Python values (``need_weights``, ``average_attn_weights``)
+    reach the layer as they are, not traced through ``jax.checkpoint``: the same outputs
+    and gradients as without ``Remat``."""
+    attn = L.InProjAttention(2)
+    x = jax.random.normal(jax.random.key(1), (2, 3, 8))
+    params = attn.init(jax.random.key(0), x.shape)
+    kw = dict(need_weights=True, average_attn_weights=False)
+    want = attn.apply(params, x, **kw)
+    got = Remat(attn).apply(params, x, **kw)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert got[1].shape == (2, 2, 3, 3)
+    grads = [
+        jax.grad(lambda p, f=f: f(p, x, **kw)[0].sum())(params)
+        for f in (attn.apply, Remat(attn).apply)
+    ]
+    jax.tree.map(np.testing.assert_allclose, *grads)
 
 
 def test_remat_errors():
