@@ -345,9 +345,13 @@ def assert_matches_torch(
         state_template = layer.init_state(shape, dtype)
         if state_template:
             buffers = dict(module.named_buffers())
-            state = load_state_dict(
-                state_template, {k: buffers[k] for k in flatten(state_template)}
-            )
+            wanted = list(flatten(state_template))
+            if not set(wanted) <= set(buffers):
+                raise AssertionError(
+                    f"assert_matches_torch: buffer names differ\n  ours  {wanted}\n  "
+                    f"torch {list(buffers)}"
+                )
+            state = load_state_dict(state_template, {k: buffers[k] for k in wanted})
     floats = [i for i, x in enumerate(inputs) if np.issubdtype(x.dtype, np.floating)]
     tensors = [
         torch.from_numpy(x.copy()).requires_grad_(grads and i in floats)

@@ -207,6 +207,9 @@ def _torch_parity(case):
         return pl.testing.assert_matches_torch(L.Linear(4, bias=False), torch.nn.Linear(4, 4), x)
     if case == "outputs":
         return pl.testing.assert_matches_torch(L.Lambda(lambda x: (x, x)), torch.nn.Identity(), x)
+    if case == "buffers":
+        nested = torch.nn.Sequential(torch.nn.BatchNorm1d(4, affine=False))
+        return pl.testing.assert_matches_torch(L.BatchNorm1d(affine=False), nested, x)
     torch.manual_seed(0)  # the report lists the larger difference first: fix the values
     module = torch.nn.Linear(4, 4)
     params = {"weight": jnp.zeros((4, 4)), "bias": jnp.ones(4)}
@@ -896,6 +899,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("torch-parity-names", lambda: _torch_parity("names"), AssertionError,
      r"^assert_matches_torch: parameter names differ\n  ours  \['weight'\]\n  torch "
      r"\['weight', 'bias'\]$"),
+    ("torch-parity-buffers", lambda: _torch_parity("buffers"), AssertionError,
+     r"^assert_matches_torch: buffer names differ\n  ours  \['running_mean', 'running_var', "
+     r"'num_batches_tracked'\]\n  torch \['0\.running_mean'"),
     ("torch-parity-outputs", lambda: _torch_parity("outputs"), AssertionError,
      r"^assert_matches_torch: 2 outputs, torch's 1$"),
     ("torch-parity-values", lambda: _torch_parity("values"), AssertionError,

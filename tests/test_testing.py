@@ -218,3 +218,16 @@ def test_assert_matches_torch_sees_nan(torch):
         pl.testing.assert_matches_torch(
             layer, module, x, apply=lambda p, v: layer.apply(p, v) + 5.0
         )
+
+
+def test_assert_matches_torch_names_buffers_that_differ(torch):
+    """A torch module whose buffers have other names (here one level deeper) is an
+    ``AssertionError`` listing both sides' buffer names, as for parameters."""
+    import numpy as np
+
+    from purelayers import layers as L
+
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    nested = torch.nn.Sequential(torch.nn.BatchNorm1d(3, affine=False))
+    with pytest.raises(AssertionError, match=r"buffer names differ\n  ours  \['running_mean'"):
+        pl.testing.assert_matches_torch(L.BatchNorm1d(affine=False), nested, x)
