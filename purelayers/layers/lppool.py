@@ -79,8 +79,12 @@ class _LPPoolNd(Layer):
         need_nonempty(name, x)
         p = float(self.norm_type)
         m = self._avg()._average(x**p, name)
-        y = jnp.sign(m) * jax.nn.relu(jnp.abs(m)) * math.prod(self.kernel_size)
-        return unbatched(y ** (1.0 / p), added)
+        z = jnp.sign(m) * jax.nn.relu(jnp.abs(m)) * math.prod(self.kernel_size)
+        # the root's derivative at a window of zeros is 0 in forward mode as in reverse
+        # (where ``z ** (1/p)``'s own rule gives inf * 0 = NaN); its value stays z ** (1/p)
+        safe = jnp.where(z == 0, jnp.ones_like(z), z)
+        y = jnp.where(z == 0, jax.lax.stop_gradient(z ** (1.0 / p)), safe ** (1.0 / p))
+        return unbatched(y, added)
 
 
 @dataclasses.dataclass(frozen=True)

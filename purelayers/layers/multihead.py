@@ -542,7 +542,17 @@ class Attention(_Projected):
             rope=rope,
             scale=scale,
         )
-        hd = head_dim or embed_dim // num_heads
+        check_int("Attention.build", "embed_dim", embed_dim)
+        if head_dim is not None:
+            check_int("Attention.build", "head_dim", head_dim)
+        hd = embed_dim // num_heads if head_dim is None else head_dim
+        if hd < 1:
+            raise config_error(
+                "Attention.build",
+                "head_dim",
+                f"a positive int (embed_dim // num_heads is {hd})",
+                head_dim,
+            )
         q, kv = num_heads * hd, core.kv_heads * hd
         o_bias = bias if out_bias is None else out_bias
         return cls(
