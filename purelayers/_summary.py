@@ -9,8 +9,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from purelayers._save import _in_model_order
 from purelayers._tree import Stacked, merge
-from purelayers.params import _aliases, _in_model_order, _specs
+from purelayers.params import _aliases, _specs
 
 __all__ = ["summary"]
 
