@@ -17,6 +17,7 @@ Optimizer labels and masks by name: ``label(params, rules)`` and ``mask(params, 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -68,8 +69,10 @@ def _to_numpy(value: Any) -> np.ndarray:
     if type(value).__module__.startswith("torch"):
         tensor = value.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":
-            # numpy has no bfloat16: widen exactly to float32, then narrow exactly back.
-            return tensor.float().numpy().astype(ml_dtypes.bfloat16)
+            # numpy has no bfloat16: the same bits, read as int16 and viewed as
+            # ml_dtypes' bfloat16 (no float32 copy on the way)
+            torch = sys.modules[type(tensor).__module__.split(".")[0]]  # loaded: it made it
+            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         return tensor.numpy()
     return np.asarray(value)
 

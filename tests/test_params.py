@@ -67,6 +67,14 @@ def test_load_state_dict_from_torch_and_numpy(torch):
     np.testing.assert_allclose(
         loaded_bf16["0"]["weight"], module[0].weight.detach().numpy(), rtol=1e-2
     )
+    # into a bfloat16 template: the same bits (read through an int16 view, no float32
+    # copy), owned by the loaded array (changing the tensor afterwards changes nothing)
+    template16 = model().init(jax.random.key(0), (1, 3), jnp.bfloat16)
+    exact = pl.params.load_state_dict(template16, bf16)
+    want = bf16["0.weight"].view(torch.int16).numpy().copy()
+    np.testing.assert_array_equal(np.asarray(exact["0"]["weight"]).view(np.int16), want)
+    bf16["0.weight"].add_(1.0)
+    np.testing.assert_array_equal(np.asarray(exact["0"]["weight"]).view(np.int16), want)
 
 
 def test_load_state_dict_strict_errors_change_nothing():

@@ -112,11 +112,13 @@ def capture(fn: Callable[..., Any], *patterns: str) -> Callable[..., Any]:
     must not be jitted (a ``ValueError`` says so): a compiled function's sublayers run
     in its own trace, out of the capture's sight; jit the captured function instead.
 
-    Example::
-
-        probe = pl.capture(model.apply, "transformer.h.*.attn")
-        logits, acts = jax.jit(probe)(params, ids)
-        acts["transformer.h.3.attn"].shape          # (batch, seq, width)
+    Example:
+      >>> model = L.Sequential({"embed": L.Linear(8), "act": L.GELU(), "head": L.Linear(2)})
+      >>> params = model.init(jax.random.key(0), (4, 3))
+      >>> probe = pl.capture(model.apply, "embed", "act")
+      >>> out, acts = jax.jit(probe)(params, jnp.ones((4, 3)))
+      >>> sorted(acts), acts["act"].shape
+      (['act', 'embed'], (4, 8))
 
     Equivalent of registering forward hooks (``register_forward_hook``) on the matched
     ``torch.nn`` modules and keeping their outputs.
