@@ -41,17 +41,22 @@ def _model_types() -> dict[str, type]:
 MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "bert", "vit")
 
 
+def _read_object(file: Path) -> dict[str, Any]:
+    """The JSON object in ``file``; a ``ValueError`` naming it otherwise."""
+    try:
+        found = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"from_pretrained: {file} is not valid JSON ({e})") from None
+    if not isinstance(found, dict):
+        raise ValueError(f"from_pretrained: {file} must hold a JSON object")
+    return found
+
+
 def _read_config(folder: Path) -> dict[str, Any]:
     file = folder / "config.json"
     if not file.is_file():
         raise FileNotFoundError(f"from_pretrained: {folder} has no config.json")
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ValueError(f"from_pretrained: {file} is not valid JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"from_pretrained: {file} must hold a JSON object")
-    return config
+    return _read_object(file)
 
 
 def _generation_ids(folder: Path, config_class: Any) -> dict[str, Any]:
@@ -62,12 +67,7 @@ def _generation_ids(folder: Path, config_class: Any) -> dict[str, Any]:
     file = folder / "generation_config.json"
     if not file.is_file():
         return {}
-    try:
-        found = json.loads(file.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ValueError(f"from_pretrained: {file} is not valid JSON ({e})") from None
-    if not isinstance(found, dict):
-        raise ValueError(f"from_pretrained: {file} must hold a JSON object")
+    found = _read_object(file)
     fields = {f.name for f in dataclasses.fields(config_class)}
     return {
         k: found[k]
