@@ -30,6 +30,7 @@ from purelayers.layers import prelu as _prelu
 from purelayers.layers import recurrent as _recurrent
 from purelayers.layers import repeat as _repeat
 from purelayers.layers import rotary as _rotary
+from purelayers.layers import separate_attention as _separate_attention
 from purelayers.layers import shape as _shape
 from purelayers.layers import shuffle as _shuffle
 from purelayers.layers import thresholds as _thresholds
@@ -162,7 +163,6 @@ from purelayers.layers.lrn import (
     LocalResponseNorm,
 )
 from purelayers.layers.multihead import (
-    Attention,
     InProjAttention,
     MultiHeadAttention,
 )
@@ -227,6 +227,7 @@ from purelayers.layers.rotary import (
     RotaryEmbedding,
     rotary_embedding,
 )
+from purelayers.layers.separate_attention import Attention
 from purelayers.layers.shape import (
     Unflatten,
 )
@@ -289,6 +290,7 @@ __all__ = [
     *_lppool.__all__,
     *_lrn.__all__,
     *_multihead.__all__,
+    *_separate_attention.__all__,
     *_norm.__all__,
     *_padding.__all__,
     *_parametrize.__all__,
