@@ -97,8 +97,8 @@ def load_sharded(
     missing and unexpected key; shape mismatches are one ``ValueError`` naming each;
     values are cast to the template's dtype. With ``strict=False``, names missing from
     the file keep the template's value (placed on its sharding), which needs a
-    concrete template array there. ``model`` gives the tied names, as does a file written with ``write_aliases=True``
-    (``params.load_into``).
+    concrete template array there. ``model`` gives the tied names, as does a file
+    written with ``write_aliases=True`` (``params.load_into``).
     A ``Repeat``'s stacked blocks are read block by block into their stacked arrays.
 
     Returns:

@@ -220,8 +220,9 @@ def init(lmodel: LoraModel, key: jax.Array, base_params: Params) -> Params:
     ``lmodel.target_modules`` (one per block) draws from ``fold_in(key, i)``; adapters
     take their base weight's dtype, but float32 over a float16 or bfloat16 base, as
     PEFT's ``autocast_adapter_dtype=True`` (its default) makes them; the adapter then
-    computes in float32 and its sum with the base output is cast back, as PEFT's. Existing adapter entries are replaced; the base
-    arrays are reused, not copied, and ``base_params`` is not changed.
+    computes in float32 and its sum with the base output is cast back, as PEFT's.
+    Existing adapter entries are replaced; the base arrays are reused, not copied, and
+    ``base_params`` is not changed.
 
     Raises:
       ValueError: ``lmodel`` not from ``wrap``, or ``base_params`` lacking a target's

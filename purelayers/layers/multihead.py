@@ -2,8 +2,9 @@
 names them. Packed projections here: ``MultiHeadAttention`` (fused ``qkv`` and ``out``)
 and ``InProjAttention`` (``torch.nn.MultiheadAttention``'s ``in_proj_weight`` and
 ``out_proj``); separate ones, ``Attention`` (``q_proj``, ``k_proj``, ``v_proj``,
-``o_proj``: Llama, Mistral, Qwen2), in ``separate_attention``. Other layouts (GPT-2's ``c_attn``/``c_proj``, BERT's ``self.query`` and
-``output.dense``) are a few lines of the same composition."""
+``o_proj``: Llama, Mistral, Qwen2), in ``separate_attention``. Other layouts (GPT-2's
+``c_attn``/``c_proj``, BERT's ``self.query`` and ``output.dense``) are a few lines of
+the same composition."""
 
 from __future__ import annotations
 
