@@ -390,6 +390,19 @@ def _check_qkv(q, k, v, name):
 # -- the attention core ----------------------------------------------------------------
 
 
+def need_cache_room(layer: str, used: int, new: int, max_len: int) -> None:
+    """``new`` positions after ``used`` cached ones must fit a cache of ``max_len``
+    (a write past it would land on earlier positions: ``dynamic_update_slice`` clamps)."""
+    if used + new > max_len:
+        raise LayerError(
+            layer,
+            "cached length plus new positions at most max_len",
+            max_len,
+            f"{used} + {new} = {used + new}",
+            "the cache is full; make a longer one with init_cache",
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionCore(Layer):
     r"""Multi-head scaled dot-product attention over projected inputs, with no
@@ -575,15 +588,8 @@ class AttentionCore(Layer):
             )
         if t > keys.shape[1]:
             raise LayerError(layer, "sequence length at most max_len", keys.shape[1], t)
-        end = offset + t
-        if not isinstance(end, jax.core.Tracer) and int(end) > keys.shape[1]:
-            raise LayerError(
-                layer,
-                "cached length plus new positions at most max_len",
-                keys.shape[1],
-                f"{int(offset)} + {t} = {int(end)}",
-                "the cache is full; make a longer one with init_cache",
-            )
+        if not isinstance(offset, jax.core.Tracer):
+            need_cache_room(layer, int(offset), t, keys.shape[1])
         zero = jnp.zeros((), jnp.int32)
         at = (zero, offset, zero, zero)
         keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), at)

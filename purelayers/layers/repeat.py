@@ -17,6 +17,7 @@ import numpy as np
 from purelayers._tree import Stacked
 from purelayers.layers import _capture
 from purelayers.layers._checks import LayerError, check_int
+from purelayers.layers.attention import need_cache_room
 from purelayers.layers.core import Layer, Params, _spec, apply_child
 
 __all__ = ["Remat", "Repeat"]
@@ -129,15 +130,8 @@ def _need_cache_room(cache: Any, x: Any) -> None:
             length, keys = node["length"], node["keys"]
             if isinstance(length, jax.core.Tracer) or jnp.ndim(keys) < 3 or jnp.ndim(x) < 2:
                 continue
-            t, max_len, used = jnp.shape(x)[-2], keys.shape[2], int(np.max(np.asarray(length)))
-            if used + t > max_len:
-                raise LayerError(
-                    "Repeat",
-                    "cached length plus new positions at most max_len",
-                    max_len,
-                    f"{used} + {t} = {used + t}",
-                    "the cache is full; make a longer one with init_cache",
-                )
+            used = int(np.max(np.asarray(length)))
+            need_cache_room("Repeat", used, jnp.shape(x)[-2], keys.shape[2])
         else:
             nodes.extend(v for v in node.values() if isinstance(v, dict))
 
