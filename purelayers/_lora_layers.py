@@ -131,9 +131,8 @@ class _Lora(Layer):
 
     def _update(self, params: Params, x: Any, key: jax.Array | None, train: bool) -> jax.Array:
         """``B(A(dropout(x)))``, dropout drawn from ``key`` in train mode only."""
-        x = jnp.asarray(x)
-        a = params["lora_A"]["weight"] if isinstance(params.get("lora_A"), dict) else None
-        if a is not None and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != a.dtype:
+        x, a = jnp.asarray(x), params["lora_A"]["weight"]
+        if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != a.dtype:
             x = x.astype(a.dtype)  # PEFT: the adapter's input in the adapter's dtype
         if train and self.lora_dropout > 0.0:
             x = dropout(x, self.lora_dropout, key, layer=type(self).__name__)
