@@ -5,6 +5,7 @@ folders both ways. Every parameter of the reference is randomized."""
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 
 import jax
@@ -341,11 +342,16 @@ def test_sampled_generate_draws_step_i_with_fold_in_key_i_and_streams_each_step(
         np.testing.assert_array_equal(tokens, got[:, 5 + i])
 
 
-def test_sampling_defaults_are_transformers():
-    """transformers' ``generate`` fills an unset ``top_k`` with 50 (its global defaults)
-    and takes ``top_k=0`` as off: unset, the draws are those of ``top_k=50``; ``0`` and
-    ``None`` keep every token (at a high temperature over 24 draws from a vocabulary of
-    200, some fall outside the 50 likeliest)."""
+def test_sampling_defaults_are_transformers(transformers):
+    """transformers' ``generate`` fills an unset ``top_k`` from its global defaults
+    (50) and takes ``top_k=0`` as off: ``generate``'s default is transformers', unset
+    the draws are those of ``top_k=50``; ``0`` and ``None`` keep every token (at a high
+    temperature over 24 draws from a vocabulary of 200, some fall outside the 50
+    likeliest)."""
+    theirs = transformers.GenerationConfig._get_default_generation_params()
+    ours = inspect.signature(M.generate).parameters
+    assert ours["top_k"].default == theirs["top_k"] == 50
+    assert ours["temperature"].default == theirs["temperature"]
     config = gpt2.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=200, eos_token_id=None)
     model = M.GPT2LMHeadModel(config)
     params = model.init(jax.random.key(0), (1, 1))
