@@ -32,8 +32,8 @@ Rules of the trees:
 - A ``Repeat``'s blocks (``Stacked``) are one array per name, stacked over blocks, and
   so one leaf: its label (or mask bit) is that of every block's name
   (``blocks.0.fc.weight``, ``blocks.1.fc.weight``, ...), which must agree; rules that
-  tell blocks apart (``"blocks.0.*"``) raise ``ValueError``. (``purelayers.sharding``
-  reads block ``0``'s name alone, since a spec cannot differ by block either.)
+  tell blocks apart (``"blocks.0.*"``) raise ``ValueError``, as they do in
+  ``purelayers.sharding`` (a spec cannot differ by block either).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _key_name(key: Any) -> str:
     return str(key)
 
 
-def _leaf_names(path: tuple[Any, ...]) -> tuple[str, list[str]]:
+def leaf_names(path: tuple[Any, ...]) -> tuple[str, list[str]]:
     """The leaf's display name (``blocks.{0..3}.fc.weight`` under a ``Repeat``) and its
     checkpoint names, one per block in C order of the enclosing ``Stacked`` nodes."""
     shown: list[str] = []
@@ -80,7 +80,7 @@ def _listing(names: Sequence[str]) -> str:
     return ", ".join(names[:_SHOWN]) + more
 
 
-def _mixed_blocks(who: str, what: str, shown: str, by_name: dict[str, Any]) -> ValueError:
+def mixed_blocks(who: str, what: str, shown: str, by_name: dict[str, Any]) -> ValueError:
     groups: dict[Any, list[str]] = {}
     for name, value in by_name.items():
         groups.setdefault(value, []).append(name)
@@ -109,11 +109,11 @@ def _by_name(
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     values, unmatched = [], []
     for path, _ in leaves:
-        shown, names = _leaf_names(path)
+        shown, names = leaf_names(path)
         by_name = {name: fn(name) for name in names}
         first = next(iter(by_name.values()), empty)
         if not all(_same(v, first) for v in by_name.values()):
-            raise _mixed_blocks(who, what, shown, by_name)
+            raise mixed_blocks(who, what, shown, by_name)
         if first is _NO_MATCH:
             unmatched.append(shown)
         values.append(first)
@@ -295,5 +295,5 @@ def _names(params: Any) -> list[str]:
     return [
         name
         for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]
-        for name in _leaf_names(path)[1]
+        for name in leaf_names(path)[1]
     ]

@@ -71,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from purelayers._labels import leaf_names, mixed_blocks
 from purelayers._patterns import check_pattern, matches
 from purelayers._sharded_io import load_sharded, save
 from purelayers._tree import BlockKey
@@ -251,7 +252,8 @@ def partition_specs(
       tree: any pytree of arrays or ``jax.ShapeDtypeStruct``s (params, state, an optax
         state); a leaf's name is its dotted path (dict keys and sequence indices, the
         checkpoint name for params and state trees). A ``Repeat``'s stacked blocks
-        (``purelayers.params.Stacked``) take the spec their block ``0`` name gets, with
+        (``purelayers.params.Stacked``) take the spec every block's name gets (rules
+        that give blocks different specs raise ``ValueError``, as ``label`` does), with
         the stacked leading axis left whole.
       rules: ``[(pattern, spec), ...]``, first match wins (see the module docstring).
       mesh: the ``Mesh`` (or ``AbstractMesh``) the specs refer to; its axis sizes are
@@ -261,18 +263,23 @@ def partition_specs(
     Raises:
       ValueError: a name no rule matches (without ``default``), a spec naming an axis
         the mesh lacks, with more entries than the array has axes, or whose mesh axes
-        do not divide the array axis they split. The message names the array, its
-        shape, the rule, the mesh axis and its size.
+        do not divide the array axis they split (the message names the array, its
+        shape, the rule, the mesh axis and its size), or rules that tell the blocks of
+        a stacked array apart (``"blocks.0.*"``: a ``Repeat``'s blocks are one array).
     """
     _check_rules(rules)
     if default is not None and not isinstance(default, PartitionSpec):
         raise ValueError(f"sharding: default must be a PartitionSpec or None, got {default!r}")
 
     def one(path, leaf):
-        name = ".".join(_key_name(k) for k in path)
         stacked = sum(isinstance(k, BlockKey) for k in path)
         shape = tuple(int(d) for d in np.shape(leaf))
-        spec = _resolve(name, shape[stacked:], rules, mesh, default)
+        shown, names = leaf_names(path)
+        names = names or [".".join(_key_name(k) for k in path)]  # a stack of no blocks
+        specs = {name: _resolve(name, shape[stacked:], rules, mesh, default) for name in names}
+        spec = specs[names[0]]
+        if any(s != spec for s in specs.values()):
+            raise mixed_blocks("sharding", "spec", shown, specs)
         return P(*(None,) * stacked, *spec) if stacked else spec
 
     return jax.tree_util.tree_map_with_path(one, tree)

@@ -57,7 +57,7 @@ TESTED_ELSEWHERE = {
         "tests/test_checkpoint.py (fuzzed files, each error matched) and tests/test_checkpoint_scale.py",
     ),
     "_sharded_io.py": (2, "tests/test_checkpoint.py and tests/test_params.py"),
-    "sharding.py": (19, "tests/test_sharding.py"),
+    "sharding.py": (20, "tests/test_sharding.py"),
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
     "layers/_capture.py": (3, "tests/test_capture.py"),

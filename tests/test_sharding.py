@@ -82,6 +82,24 @@ def test_unmatched_name_without_default_is_an_error():
         S.partition_specs(TREE, [("blocks.*", S.P())], MESH)
 
 
+def test_rules_that_tell_stacked_blocks_apart_are_an_error():
+    """A ``Repeat``'s blocks are one array per name, so one spec: a rule naming one block
+    (applied to every block, or to none, had it been read from one block's name) raises,
+    naming each block's spec; rules every block agrees on split the stack's inner axes."""
+    model = L.Sequential({"blocks": L.Repeat(L.Sequential({"fc": L.Linear(8)}), 3)})
+    tree = pl.params.abstract(model, (2, 8))
+    for rule in ("blocks.1.fc.weight", "blocks.0.fc.weight"):
+        with pytest.raises(
+            ValueError,
+            match=r"sharding: the blocks of the stacked array 'blocks\.\{0\.\.2\}\.fc\.weight' get "
+            r"different specs:\n  P\((?:'model',)?\): blocks\.[0-2]\.fc\.weight",
+        ):
+            S.partition_specs(tree, [(rule, S.P("model")), ("*", S.P())], MESH)
+    specs = S.partition_specs(tree, [("blocks.*.fc.weight", S.P("model")), ("*", S.P())], MESH)
+    assert specs["blocks"]["fc"]["weight"] == S.P(None, "model")
+    assert specs["blocks"]["fc"]["bias"] == S.P(None)
+
+
 @pytest.mark.parametrize(
     ("rules", "message"),
     [
