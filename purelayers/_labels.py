@@ -280,7 +280,7 @@ def mask(params: Any, *patterns: str) -> Any:
 
     bits, _ = _by_name(params, any_match, "mask", "mask bit", False)
     if not used:
-        names = _names(params)
+        names = checkpoint_names(params)
         hint = f"names look like {_listing(names)}" if names else "params has no arrays"
         raise ValueError(
             f"mask: no pattern matches a name of params: {list(patterns)}\n"
@@ -290,7 +290,7 @@ def mask(params: Any, *patterns: str) -> Any:
     return bits
 
 
-def _names(params: Any) -> list[str]:
+def checkpoint_names(params: Any) -> list[str]:
     """Every checkpoint name of ``params``, stacked blocks expanded (arrays never read)."""
     return [
         name

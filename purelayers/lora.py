@@ -38,15 +38,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from purelayers import _atomic
 from purelayers import params as _params
+from purelayers._labels import checkpoint_names
 from purelayers._lora_layers import (
     LoraConv,
     LoraEmbedding,
@@ -55,7 +58,7 @@ from purelayers._lora_layers import (
     adapter_dtype,
     check_settings,
 )
-from purelayers._lora_wrap import LoraModel, join, parse_targets, resolve, unwrap
+from purelayers._lora_wrap import LoraModel, join, modules, parse_targets, resolve, unwrap
 from purelayers._tree import Stacked
 from purelayers.layers._checks import check_choice
 from purelayers.layers.core import Layer, Params
@@ -144,6 +147,10 @@ def wrap(
     check_settings("lora.wrap", r, lora_alpha, lora_dropout, use_rslora)
     check_choice("lora.wrap", "bias", bias, ("none",))
     paths = resolve(model, chosen)
+    # NumPy scalars become Python numbers: the settings are written to adapter_config.json
+    r, lora_alpha, lora_dropout = (
+        v.item() if isinstance(v, np.generic) else v for v in (r, lora_alpha, lora_dropout)
+    )
     settings = dict(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, use_rslora=use_rslora)
     return LoraModel(model, paths, **settings)
 
@@ -292,6 +299,20 @@ def _adapter_names(lmodel: LoraModel) -> list[str]:
     return names
 
 
+def _peft_targets(lmodel: LoraModel) -> list[str] | str:
+    """``target_modules`` for ``adapter_config.json``: the matched paths, which PEFT reads
+    as names of the modules whose path equals one or ends in ``.`` + one; where that
+    would also take in another module (``fc`` beside ``head.fc``), one regular expression
+    of the paths, which PEFT matches against whole paths."""
+    chosen = set(lmodel.target_modules)
+    for path, _ in modules(lmodel.model):
+        parts = path.split(".")
+        suffixes = (".".join(parts[i:]) for i in range(1, len(parts)))
+        if path not in chosen and any(s in chosen for s in suffixes):
+            return "|".join(re.escape(t) for t in lmodel.target_modules)
+    return list(lmodel.target_modules)
+
+
 def _peft_config(lmodel: LoraModel, base_model_name_or_path: str | None) -> dict[str, Any]:
     """What ``peft.LoraConfig(...).to_dict()`` holds for these settings (the fields every
     PEFT release since 0.9 reads), with the matched paths as ``target_modules``."""
@@ -304,7 +325,7 @@ def _peft_config(lmodel: LoraModel, base_model_name_or_path: str | None) -> dict
         "revision": None,
         "inference_mode": True,
         "r": lmodel.r,
-        "target_modules": list(lmodel.target_modules),
+        "target_modules": _peft_targets(lmodel),
         "exclude_modules": None,
         "lora_alpha": lmodel.lora_alpha,
         "lora_dropout": lmodel.lora_dropout,
@@ -418,7 +439,10 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
     The config's ``r``, ``lora_alpha`` and ``use_rslora`` must be ``lmodel``'s, and the
     file must hold exactly ``lmodel``'s adapter names (``base_model.model.<target>...``,
     per block) with their shapes; arrays are cast to the dtype ``init`` gives adapters
-    (the base weight's; float32 over a float16 or bfloat16 base). Every
+    (the base weight's; float32 over a float16 or bfloat16 base). Base weights PEFT
+    saves beside an adapter (by default when ``embed_tokens`` or ``lm_head`` is a
+    target: ``<name>.base_layer.weight``) replace the base's under that name, as
+    ``PeftModel.from_pretrained`` loads them (cast to its dtype, shapes checked). Every
     check runs before anything is built; ``base_params`` is not changed.
 
     Raises:
@@ -447,7 +471,19 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
 
     _map_targets(lmodel, base_params, shapes, "lora.load_adapter")
     got = {k.removeprefix(_PREFIX): v for k, v in tensors.items()}
+    base = _base_weights(lmodel, base_params, got)
     _check_names(weights_file, expected, {k: tuple(v.shape) for k, v in got.items()})
+    if base:
+        try:
+            base_params = _params.load_state_dict(
+                base_params, base, strict=False, return_keys=True, model=lmodel.model
+            )[0]
+        except ValueError as e:
+            raise _params.CheckpointError(
+                weights_file,
+                f"the base weights it holds beside the adapter do not fit the model ({e}); "
+                "was the vocabulary resized? build the model with the adapter's",
+            ) from None
 
     def fetch(layer: _Lora, tree: Params, names: tuple[str, ...], lead: tuple[int, ...]):
         dtype = adapter_dtype(tree["weight"].dtype)
@@ -458,6 +494,24 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
         return _with_adapter(layer, tree, _stack(blocks, lead))
 
     return _map_targets(lmodel, base_params, fetch, "lora.load_adapter")
+
+
+def _base_weights(lmodel: LoraModel, base_params: Params, got: dict[str, Any]) -> dict[str, Any]:
+    """Take out of ``got`` the base weights PEFT saves beside an adapter (with its default
+    ``save_embedding_layers="auto"``, a targeted ``embed_tokens`` or ``lm_head``'s
+    ``<name>.base_layer.weight``; a resized embedding's ``<name>.weight``), by the base
+    name they load under, as ``PeftModel.from_pretrained`` loads them into the model.
+    Names that are neither adapters nor base names stay in ``got`` (unexpected)."""
+    names = set(checkpoint_names(base_params)) | set(lmodel.model.aliases())
+    base = {}
+    for key in list(got):
+        parts = key.split(".")
+        if _ADAPTER_KEYS.intersection(parts):
+            continue
+        name = ".".join(p for p in parts if p != "base_layer")
+        if name in names:
+            base[name] = got.pop(key)
+    return base
 
 
 def _check_names(file: Path, expected: dict[str, tuple], got: dict[str, tuple]) -> None:

@@ -419,6 +419,96 @@ def test_gpt2_adapter_round_trips_with_peft(torch, peft, gpt2, tmp_path):
     assert _same(_snapshot(base_params), kept)
 
 
+def test_peft_default_save_of_embedding_targets_loads_with_its_base_weights(
+    torch, peft, llama, tmp_path
+):
+    """With ``embed_tokens`` or ``lm_head`` among the targets, PEFT's default
+    ``save_pretrained`` (``save_embedding_layers="auto"``) writes their base weights too,
+    as ``<name>.base_layer.weight``, and ``PeftModel.from_pretrained`` loads them into
+    the model: ``load_adapter`` reads such a folder and takes those weights as well (the
+    saved base weights are perturbed here, so ignoring them would change the logits)."""
+    base, model, base_params = llama
+    kept = _snapshot(base_params)
+    for i, targets in enumerate((["lm_head", "q_proj"], ["embed_tokens", "v_proj"])):
+        theirs = peft.get_peft_model(
+            copy.deepcopy(base), peft.LoraConfig(r=4, lora_alpha=8, target_modules=targets)
+        )
+        _randomize(torch, theirs, 30 + i, only="lora_")
+        _randomize(torch, theirs, 40 + i, only=targets[0] + ".base_layer")
+        folder = tmp_path / f"peft{i}"
+        theirs.save_pretrained(folder)
+        saved = pl.params.load(folder / "adapter_model.safetensors")
+        assert any(k.endswith(f"{targets[0]}.base_layer.weight") for k in saved), sorted(saved)
+        with torch.no_grad():
+            expected = _logits(torch, peft.PeftModel.from_pretrained(copy.deepcopy(base), folder))
+        lmodel = lora.wrap(model, targets, r=4, lora_alpha=8)
+        loaded = lora.load_adapter(folder, lmodel, base_params)
+        np.testing.assert_allclose(lmodel.apply(loaded, IDS), expected.numpy(), **TOL)
+        name = next(k for k in pl.params.flatten(base_params) if k.endswith(targets[0] + ".weight"))
+        assert not np.allclose(pl.params.flatten(loaded)[name], kept[name])
+    assert _same(_snapshot(base_params), kept)
+    # A resized vocabulary's base weight does not fit the model: named, nothing loaded.
+    flat = {k: np.asarray(v) for k, v in saved.items()}
+    key = next(k for k in flat if k.endswith("base_layer.weight"))
+    flat[key] = np.zeros((flat[key].shape[0] + 2, flat[key].shape[1]), np.float32)
+    pl.params.save(folder / "adapter_model.safetensors", pl.params.unflatten(flat))
+    with pytest.raises(CheckpointError, match=r"base weights it holds beside the adapter do not"):
+        lora.load_adapter(folder, lmodel, base_params)
+
+
+def test_config_targets_are_a_regex_where_peft_would_take_in_more_modules(torch, peft, tmp_path):
+    """PEFT reads a ``target_modules`` list as names matching any path equal to one or
+    ending in ``.`` + one: a target ``fc`` would also take in ``head.fc``. The config
+    then holds one regular expression of the paths, which PEFT matches whole, so PEFT
+    wraps exactly ours (and its save of it loads back); a plain list otherwise."""
+    nn = torch.nn
+    net = nn.Sequential(
+        OrderedDict(
+            fc=nn.Linear(4, 6), act=nn.ReLU(), head=nn.Sequential(OrderedDict(fc=nn.Linear(6, 3)))
+        )
+    )
+    _randomize(torch, net, 50)
+    ours = L.Sequential(
+        {"fc": L.Linear(6), "act": L.ReLU(), "head": L.Sequential({"fc": L.Linear(3)})}
+    )
+    base = pl.params.load_state_dict(pl.params.abstract(ours, (2, 4)), net.state_dict())
+    x = np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32)
+    for targets, written in ((["re:fc"], "fc"), (["head.fc"], ["head.fc"]), (["fc"], None)):
+        lmodel = lora.wrap(ours, targets, r=2, lora_alpha=4)
+        params = _randomized_adapters(lora.init(lmodel, jax.random.key(0), base))
+        folder = lora.save_adapter(tmp_path / "_".join(targets), lmodel, params)
+        config = json.loads((folder / "adapter_config.json").read_text())
+        if written is not None:
+            assert config["target_modules"] == written
+        theirs = peft.PeftModel.from_pretrained(copy.deepcopy(net), folder).eval()
+        wrapped = [n for n, m in theirs.base_model.model.named_modules() if hasattr(m, "lora_A")]
+        assert wrapped == list(lmodel.target_modules)
+        with torch.no_grad():
+            np.testing.assert_allclose(
+                lmodel.apply(params, x), theirs(torch.tensor(x)).numpy(), **TOL
+            )
+        theirs.save_pretrained(tmp_path / ("peft_" + "_".join(targets)))
+        again = lora.load_adapter(tmp_path / ("peft_" + "_".join(targets)), lmodel, base)
+        _close(_adapter_flat(again), _adapter_flat(params), "PEFT's save of ours")
+
+
+def test_numpy_scalar_settings_are_written_as_json_numbers(tmp_path):
+    model = _seq()
+    base = model.init(jax.random.key(0), (1, 3))
+    lmodel = lora.wrap(
+        model, ["q_proj"], r=np.int64(2), lora_alpha=np.float32(4), lora_dropout=np.float64(0.1)
+    )
+    assert (type(lmodel.r), type(lmodel.lora_alpha), type(lmodel.lora_dropout)) == (
+        int,
+        float,
+        float,
+    )
+    folder = lora.save_adapter(tmp_path / "a", lmodel, lora.init(lmodel, jax.random.key(1), base))
+    config = json.loads((folder / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], config["lora_dropout"]) == (2, 4.0, 0.1)
+    assert lora.load_adapter(folder, lmodel, base)["q_proj"]["lora_A"]["weight"].shape == (2, 3)
+
+
 def test_merge_equals_peft_merge_and_unload(torch, peft, gpt2):
     base, model, base_params = gpt2
     theirs = peft.get_peft_model(
@@ -568,6 +658,10 @@ def _seq():
         (
             dict(target_modules=["q_proj"], lora_alpha=0),
             r"lora.wrap: lora_alpha must be > 0, got 0",
+        ),
+        (
+            dict(target_modules=["q_proj"], lora_alpha=jnp.float32(8)),
+            r"lora.wrap: lora_alpha must be a Python or NumPy number > 0, got Array\(8",
         ),
         (
             dict(target_modules=["q_proj"], lora_dropout=1.0),

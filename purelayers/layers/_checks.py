@@ -100,8 +100,8 @@ def check_float(
     high_open: bool = False,
 ) -> None:
     """``value`` must be a finite real number in the given (half-)open or closed range."""
-    ok = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
-    ok = ok and math.isfinite(value)
+    real = isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)
+    ok = real and math.isfinite(value)
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
@@ -115,6 +115,8 @@ def check_float(
             rule = f"{'<' if high_open else '<='} {high:g}"
         else:
             rule = "a finite number"
+        if not real and rule != "a finite number":
+            rule = f"a Python or NumPy number {rule}"  # not an array, a string, a bool
         raise config_error(layer, arg, rule, value)
 
 
