@@ -1038,6 +1038,11 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^GPT2Config: scale_attn_by_inverse_layer_idx and reorder_and_upcast_attn are not supported$"),
     ("llama-config-int", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_size=-1), ValueError,
      r"^LlamaConfig: hidden_size must be a positive int, got -1$"),
+    ("llama-config-pad", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(vocab_size=10, pad_token_id=10), ValueError,
+     r"^LlamaConfig: pad_token_id must be None or an int in \[-vocab_size, vocab_size\) = \[-10, 10\) \(the embedding's padding row"),
+    ("causal-generation-config", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaForCausalLM(
+        __import__("purelayers.models", fromlist=["x"]).LlamaConfig(), generation_config=[2]), ValueError,
+     r"^LlamaForCausalLM: generation_config must be a dict of token ids, got list$"),
     ("llama-config-act", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_act="gelu"), ValueError,
      r"^LlamaConfig: hidden_act must be 'silu', got 'gelu'$"),
     ("llama-config-kv", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(num_key_value_heads=5), ValueError,
@@ -1054,6 +1059,11 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^GPT2LMHeadModel: logits_to_keep must be an integer >= 0, got -1$"),
     ("generate-ids-rank", lambda: _generate(ids=np.zeros(3, np.int32)), ValueError,
      r"^generate: input_ids must be \(batch, prompt\), got shape \(3,\)$"),
+    ("generate-not-causal", lambda: __import__("purelayers.models", fromlist=["x"]).generate(
+        L.Linear(2), {}, np.zeros((1, 3), np.int32), max_new_tokens=2), ValueError,
+     r"^generate: model must be a causal LM \(GPT-2, Llama, Mistral, Qwen2: a model with init_cache\), got Linear$"),
+    ("generate-ids-range", lambda: _generate(ids=np.array([[1, 11, 2]])), ValueError,
+     r"^generate: input_ids must be token ids in \[0, vocab_size=11\), got 11 \(padding positions too"),
     ("generate-max-new-tokens", lambda: _generate(max_new_tokens=0), ValueError,
      r"^generate: max_new_tokens must be a positive int, got 0$"),
     ("generate-needs-key", lambda: _generate(do_sample=True), ValueError,

@@ -5,6 +5,7 @@ whose ``apply``/``init_cache`` each model's decoder plugs into."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
 from purelayers.layers._checks import ConfigTypeError, as_array, as_shape, check_int, need_key
+from purelayers.models._config import Frozen, _frozen
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 
@@ -108,9 +110,17 @@ class CausalLM(Layer):
     ``apply(params, input_ids, *, attention_mask=None, position_ids=None, cache=None,
     key=None, train=False)`` returns logits ``(batch, seq, vocab)``, and
     ``(logits, cache)`` with a cache from ``init_cache((batch, max_len))``.
+
+    ``generation_config`` (keyword only): the token ids ``generate`` stops and pads
+    with over the config's (``{"eos_token_id": [..], "pad_token_id": ..}``), as
+    transformers' ``model.generation_config``; ``from_pretrained`` reads them from
+    ``generation_config.json`` and ``save_pretrained`` writes them there. The config
+    itself stays ``config.json``'s: its ``pad_token_id`` is the Llama family's embedding
+    padding row, as transformers builds it.
     """
 
     config: Any
+    generation_config: Mapping[str, Any] | None = dataclasses.field(default=None, kw_only=True)
     config_class: ClassVar[type] = type(None)
     base_model_prefix: ClassVar[str] = ""
     embedding_name: ClassVar[str] = ""  # the lm_head's tied original, under backbone
@@ -122,6 +132,14 @@ class CausalLM(Layer):
                 f"{type(self).__name__}: config must be a {self.config_class.__name__}, "
                 f"got {type(self.config).__name__}"
             )
+        ids = self.generation_config
+        if ids is not None and not isinstance(ids, Frozen):
+            if not isinstance(ids, Mapping):
+                raise ConfigTypeError(
+                    f"{type(self).__name__}: generation_config must be a dict of token ids, "
+                    f"got {type(ids).__name__}"
+                )
+            object.__setattr__(self, "generation_config", _frozen(dict(ids)))
         object.__setattr__(self, "_parts", self.build())
 
     def build(self) -> dict[str, Layer]:

@@ -19,6 +19,7 @@ import numpy as np
 from purelayers import _atomic
 from purelayers import _safetensors_io as _io
 from purelayers import params as _params
+from purelayers.models._config import _frozen
 
 __all__ = ["MODEL_TYPES", "from_pretrained", "save_pretrained"]
 
@@ -59,16 +60,18 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return _read_object(file)
 
 
-def _generation_ids(folder: Path, config_class: Any) -> dict[str, Any]:
+def _generation_ids(folder: Path, cls: Any) -> dict[str, Any]:
     """The token ids of the folder's ``generation_config.json`` (``eos_token_id``,
-    ``pad_token_id``, ``bos_token_id``) that the model's config has fields for: they
-    are what transformers' ``generate`` stops and pads with (an instruction-tuned
-    model's end-of-turn id is often listed there alone). None without the file."""
+    ``pad_token_id``, ``bos_token_id``) that the model's config has fields for, for a
+    model that generates: they are what transformers' ``generate`` stops and pads with
+    (an instruction-tuned model's end-of-turn id is often listed there alone). None
+    without the file."""
     file = folder / "generation_config.json"
-    if not file.is_file():
+    names = {f.name for f in dataclasses.fields(cls)}
+    if not file.is_file() or "generation_config" not in names:
         return {}
     found = _read_object(file)
-    fields = {f.name for f in dataclasses.fields(config_class)}
+    fields = {f.name for f in dataclasses.fields(cls.config_class)}
     return {
         k: found[k]
         for k in ("eos_token_id", "pad_token_id", "bos_token_id")
@@ -117,8 +120,9 @@ def from_pretrained(
     are left out, as transformers does. The params come back in the model's
     registration order, torch's ``state_dict()`` order. A ``generation_config.json``
     beside them gives the token ids ``generate`` stops and pads with (its
-    ``eos_token_id``, ``pad_token_id``, ``bos_token_id`` over the config's), as it does
-    transformers'; a config that cannot be read is a ``ValueError`` naming the file.
+    ``eos_token_id``, ``pad_token_id``, ``bos_token_id`` where they differ from the
+    config's, kept apart as the model's ``generation_config``; the config stays
+    ``config.json``'s), as it does transformers'; a config that cannot be read is a ``ValueError`` naming the file.
 
     Args:
       path: the folder.
@@ -140,9 +144,11 @@ def from_pretrained(
             f"supported: {', '.join(MODEL_TYPES)}"
         )
     cls = types[model_type]
-    config = {**config, **_generation_ids(folder, cls.config_class)}
+    generation = _generation_ids(folder, cls)
     try:
-        model = cls(cls.config_class.from_dict(config))
+        settings = cls.config_class.from_dict(config)
+        generation = {k: v for k, v in generation.items() if _frozen(v) != getattr(settings, k)}
+        model = cls(settings, generation_config=generation) if generation else cls(settings)
     except KeyError as e:  # an entry a setting needs (a rope type's factor, ...)
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
     except ValueError as e:
@@ -174,12 +180,12 @@ def from_pretrained(
         return jax.ShapeDtypeStruct(spec.shape, want)
 
     template = _params.fill(real, leaf)
+    tree = shardings(model) if callable(shardings) else shardings
     try:
         if shardings is None:
             return model, model.ordered(_params.load_state_dict(template, source, model=model))
         from purelayers._sharded_io import load_sharded
 
-        tree = shardings(model) if callable(shardings) else shardings
         readable = {k: v if isinstance(v, _io.Tensor) else _InMemory(v) for k, v in source.items()}
         loaded = load_sharded(folder, template, tree, model=model, tensors=readable)
         return model, model.ordered(loaded)
@@ -244,7 +250,9 @@ def save_pretrained(
     weights under their Hugging Face names: ``model.safetensors``, or, above
     ``max_shard_size`` bytes, ``model-0000i-of-0000K.safetensors`` shards and
     ``model.safetensors.index.json``. Tied weights are written once, under the
-    original's name, as transformers writes them. Returns the folder.
+    original's name, as transformers writes them. A causal LM's ``generation_config``
+    (the token ids ``from_pretrained`` read from one) is written back as
+    ``generation_config.json``. Returns the folder.
     """
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -268,8 +276,13 @@ def save_pretrained(
         _params.save(folder, params, model=model, max_shard_bytes=max_shard_size)
     else:
         _params.save(folder / _io.SINGLE_NAME, params, model=model)
-    with _atomic.Temporary(folder / "config.json") as tmp:
-        tmp.file.write_text(text, encoding="utf-8")
-        tmp.finish()
-        tmp.commit()
+    files = {"config.json": text}
+    if getattr(model, "generation_config", None):
+        ids = dict(model.generation_config)
+        files["generation_config.json"] = json.dumps(ids, indent=2, sort_keys=True) + "\n"
+    for name, content in files.items():
+        with _atomic.Temporary(folder / name) as tmp:
+            tmp.file.write_text(content, encoding="utf-8")
+            tmp.finish()
+            tmp.commit()
     return folder

@@ -128,7 +128,11 @@ def _unstacked_cache(model: Any, cache: Any) -> Any:
 def _ids(value: Any) -> list[int]:
     if value is None:
         return []
-    return [int(v) for v in (value if isinstance(value, Sequence) else [value])]
+    return [int(v) for v in np.ravel(np.asarray(value))]  # an int, a list or an array
+
+
+def _config_ids(config: Any) -> dict[str, Any]:
+    return {k: getattr(config, k, None) for k in ("eos_token_id", "pad_token_id")}
 
 
 def generate(
@@ -157,8 +161,8 @@ def generate(
     ``fold_in(key, i)``). ``attention_mask`` (1 =
     token, 0 = padding) marks a left-padded batch: each row gets the positions and the
     tokens it would get alone. A row that emits ``eos_token_id`` (default: the
-    config's; an int or a list) is finished: its later tokens are ``pad_token_id``
-    (default: the config's, else the first eos id), and decoding stops once every row
+    model's ``generation_config``'s, else the config's; an int or a list) is finished:
+    its later tokens are ``pad_token_id`` (default: likewise, else the first eos id), and decoding stops once every row
     has finished, so the result may be shorter, as transformers' ``generate``.
 
     ``unroll_blocks``: the decode step runs a ``Repeat``'s blocks from per-block copies
@@ -169,27 +173,44 @@ def generate(
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
     """
-    ids = jnp.asarray(input_ids, jnp.int32)
-    if ids.ndim != 2:
-        raise ValueError(f"generate: input_ids must be (batch, prompt), got shape {ids.shape}")
+    host = np.asarray(input_ids)
+    if host.ndim != 2:
+        raise ValueError(f"generate: input_ids must be (batch, prompt), got shape {host.shape}")
+    ids = jnp.asarray(host, jnp.int32)
     if (
         isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
+        or not isinstance(max_new_tokens, (int, np.integer))
         or max_new_tokens < 1
     ):
         raise ValueError(f"generate: max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    max_new_tokens = int(max_new_tokens)
     if do_sample and key is None:
         raise ValueError("generate: do_sample=True needs key= (a jax.random key)")
     if temperature <= 0:
         raise ValueError(f"generate: temperature must be > 0, got {temperature}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0
+    ):
         raise ValueError(f"generate: top_k must be an int >= 0 (0: off) or None, got {top_k!r}")
-    top_k = top_k or None  # 0 keeps every token, as transformers' top_k=0
+    top_k = int(top_k) if top_k else None  # 0 keeps every token, as transformers' top_k=0
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"generate: top_p must be in (0, 1], got {top_p}")
+    if not callable(getattr(model, "init_cache", None)):
+        raise ValueError(
+            f"generate: model must be a causal LM (GPT-2, Llama, Mistral, Qwen2: a model "
+            f"with init_cache), got {type(model).__name__}"
+        )
     config = model.config
-    eos = _ids(getattr(config, "eos_token_id", None) if eos_token_id is None else eos_token_id)
-    pad = pad_token_id if pad_token_id is not None else getattr(config, "pad_token_id", None)
+    vocab = getattr(config, "vocab_size", None)
+    if host.size and vocab is not None and (host.min() < 0 or host.max() >= vocab):
+        bad = host.min() if host.min() < 0 else host.max()
+        raise ValueError(
+            f"generate: input_ids must be token ids in [0, vocab_size={vocab}), got {int(bad)} "
+            "(padding positions too are looked up: pad them with a real id)"
+        )
+    ids_of = {**_config_ids(config), **(getattr(model, "generation_config", None) or {})}
+    eos = _ids(ids_of.get("eos_token_id") if eos_token_id is None else eos_token_id)
+    pad = pad_token_id if pad_token_id is not None else ids_of.get("pad_token_id")
     if pad is None and eos:
         pad = eos[0]
     b, prompt = ids.shape

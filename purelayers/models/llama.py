@@ -148,10 +148,26 @@ class LlamaConfig(Config):
     def __post_init__(self):
         super().__post_init__()
         name = type(self).__name__
-        for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"):
+        fields = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+        fields += ("num_attention_heads",)
+        optional = ("num_key_value_heads", "head_dim")  # None: from the other settings
+        for field in fields + optional:
             value = getattr(self, field)
+            if field in optional and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: {field} must be a positive int, got {value!r}")
+        pad = self.pad_token_id
+        if pad is not None and (
+            isinstance(pad, bool)
+            or not isinstance(pad, int)
+            or not -self.vocab_size <= pad < self.vocab_size
+        ):
+            raise ValueError(
+                f"{name}: pad_token_id must be None or an int in [-vocab_size, vocab_size) "
+                f"= [-{self.vocab_size}, {self.vocab_size}) (the embedding's padding row, as "
+                f"transformers' nn.Embedding takes it), got {pad!r}"
+            )
         if self.hidden_act != "silu":
             raise ValueError(f"{name}: hidden_act must be 'silu', got {self.hidden_act!r}")
         heads, kv = self.num_attention_heads, self.kv_heads
@@ -350,7 +366,11 @@ class LlamaModel(Layer):
         )
         norm = RMSNorm(eps=c.rms_norm_eps)
         parts = {
-            "embed_tokens": Embedding(c.vocab_size, c.hidden_size, weight_init=std),
+            # transformers' ``nn.Embedding(vocab, hidden, config.pad_token_id)``: that row
+            # starts at zero and gets no gradient
+            "embed_tokens": Embedding(
+                c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id, weight_init=std
+            ),
             "layers": Repeat(LlamaDecoderLayer(attn, mlp, norm, norm), c.num_hidden_layers),
             "norm": norm,
         }

@@ -84,28 +84,35 @@ def _batch():
     return ids, mask
 
 
+PAD = int(_batch()[0][0, 4])  # a token of an unmasked position: its embedding row pads
 CASES = {
     "gpt2": ("gpt2", {}),
     "llama-llama3-rope-biases": (
         "llama",
         dict(rope_parameters=LLAMA3, attention_bias=True, mlp_bias=True),
     ),
-    "llama-tied": ("llama", dict(tie_word_embeddings=True)),
-    "mistral-window": ("mistral", dict(sliding_window=3)),
-    "qwen2": ("qwen2", {}),
+    "llama-tied": ("llama", dict(tie_word_embeddings=True, pad_token_id=PAD)),
+    "mistral-window": ("mistral", dict(sliding_window=3, pad_token_id=PAD)),
+    "qwen2": ("qwen2", dict(pad_token_id=PAD)),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_names_logits_and_gradients_match_transformers(torch, transformers, case):
     """Names in transformers' order; logits of a left-padded batch (positions from the
-    mask, as generate computes them) and the gradients of every parameter by name."""
+    mask, as generate computes them) and the gradients of every parameter by name. With
+    a ``pad_token_id``, the Llama family's embedding pads that row as transformers'
+    ``nn.Embedding(..., padding_idx)``: zero at init, no gradient from the lookup (the
+    token occurs in the batch; a tied head still gives that row its gradient)."""
     kind, overrides = CASES[case]
     hf = _reference(torch, transformers, kind, **overrides)
     model, params = _ours(hf)
     tied = {"lm_head.weight"} if hf.config.tie_word_embeddings else set()
     fresh = model.init(jax.random.key(0), (1, 1))
     assert list(pl.params.flatten(fresh)) == [k for k in hf.state_dict() if k not in tied]
+    if "pad_token_id" in overrides:
+        assert hf.model.embed_tokens.padding_idx == PAD
+        assert not np.asarray(pl.params.flatten(fresh)["model.embed_tokens.weight"][PAD]).any()
     ids, mask = _batch()
     keep = mask.astype(bool)
     cot = np.random.default_rng(2).standard_normal((*ids.shape, VOCAB)).astype(np.float32)
@@ -213,6 +220,11 @@ def test_an_eos_in_every_row_stops_early_and_pads_finished_rows(torch, transform
     )
     assert got.shape == (2, 10)
     np.testing.assert_array_equal(np.asarray(got)[:, -1], first)
+    # NumPy arguments, as transformers takes them: an array of eos ids, an np.int64 count
+    again = M.generate(
+        model, params, ids, attention_mask=mask, max_new_tokens=np.int64(6), eos_token_id=first
+    )
+    np.testing.assert_array_equal(np.asarray(again)[:, :10], np.asarray(got))
 
 
 def test_generation_config_ids_stop_generate_as_transformers(torch, transformers, tmp_path):
@@ -238,6 +250,20 @@ def test_generation_config_ids_stop_generate_as_transformers(torch, transformers
     assert (want[0, 12:] == 0).all()  # transformers stopped that row
     model, params = M.from_pretrained(tmp_path)
     got = M.generate(model, params, ids, attention_mask=mask, max_new_tokens=6)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    # The ids stay apart from config.json's (whose pad_token_id, none here, is the
+    # embedding's padding row, as transformers builds it), and save_pretrained writes
+    # them back as generation_config.json, which transformers reads.
+    assert model.config.pad_token_id is again.config.pad_token_id is None
+    assert again.model.embed_tokens.padding_idx is None
+    assert dict(model.generation_config)["pad_token_id"] == 0
+    M.save_pretrained(tmp_path / "ours", model, params)
+    written = transformers.GenerationConfig.from_pretrained(tmp_path / "ours")
+    assert (list(written.eos_token_id), written.pad_token_id) == ([eos, VOCAB - 1], 0)
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["pad_token_id"] is None
+    model2, params2 = M.from_pretrained(tmp_path / "ours")
+    assert model2 == model
+    got = M.generate(model2, params2, ids, attention_mask=mask, max_new_tokens=6)
     np.testing.assert_array_equal(np.asarray(got), want)
 
 

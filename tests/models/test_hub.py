@@ -79,3 +79,11 @@ def test_from_pretrained_onto_shardings(torch, transformers, tmp_path):
     # both come back in torch's order (the transformers model's state_dict, tied head aside)
     want = [k for k in transformers.GPT2LMHeadModel(config).state_dict() if k != "lm_head.weight"]
     assert list(pl.params.flatten(plain)) == list(pl.params.flatten(placed)) == want
+    # An error of the shardings function or its rules is the caller's, not the file's.
+    with pytest.raises(ValueError, match=r"^sharding: rules must be a list of \(pattern, spec\)"):
+        M.from_pretrained(
+            tmp_path,
+            shardings=lambda m: S.named_shardings(
+                pl.params.abstract(m, (1, 1)), {"*": S.P()}, mesh
+            ),
+        )
