@@ -61,6 +61,8 @@ CASES = [
     act("Softplus", L.Softplus, "Softplus"),
     act("Softplus-beta", lambda: L.Softplus(beta=2.0, threshold=5.0),
          lambda t: t.nn.Softplus(2.0, 5.0)),
+    act("Softplus-negative-beta", lambda: L.Softplus(beta=-1.5, threshold=2.0),
+         lambda t: t.nn.Softplus(-1.5, 2.0)),
     act("Softsign", L.Softsign, "Softsign"),
     act("HardSigmoid", L.HardSigmoid, "Hardsigmoid"),
     act("Exponential", L.Exponential, twins.exp),

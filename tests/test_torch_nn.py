@@ -8,8 +8,11 @@ import inspect
 import pathlib
 import re
 
+import jax
+import numpy as np
 import pytest
 
+import purelayers as pl
 from purelayers import layers as L
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -165,3 +168,33 @@ def test_constructor_arguments_follow_torch(torch):
         if mine != reachable[: len(mine)] or (not shifted and mine != reachable):
             problems.append(f"{name}: positional {mine}, torch's {reachable}")
     assert not problems, "\n".join(problems)
+
+
+def test_dropout_of_one_is_accepted_and_drops_everything_as_torch(torch):
+    """torch takes ``dropout=1.0`` wherever it takes a dropout probability; in train mode
+    every dropped value is then zero, so the outputs are deterministic and equal
+    torch's: an LSTM's second layer reads zeros, a (post-norm) encoder layer is its two
+    norms applied to the input, both sublayers' outputs dropped."""
+    x = np.random.default_rng(0).standard_normal((5, 2, 3)).astype(np.float32)
+    key = jax.random.key(0)
+    cases = [
+        (L.LSTM(4, num_layers=2, dropout=1.0), torch.nn.LSTM(3, 4, num_layers=2, dropout=1.0)),
+        (
+            L.TransformerEncoderLayer(1, 8, dropout=1.0),
+            torch.nn.TransformerEncoderLayer(3, 1, 8, dropout=1.0),
+        ),
+    ]
+    for ours, theirs in cases:
+        with torch.no_grad():
+            for p in theirs.parameters():
+                p.copy_(torch.randn(p.shape) * 0.5)
+        params = pl.params.load_state_dict(pl.params.abstract(ours, x.shape), theirs.state_dict())
+        want = theirs.train()(torch.tensor(x))
+        want = (want[0] if isinstance(want, tuple) else want).detach().numpy()
+        got = ours.apply(params, x, train=True, key=key)
+        got = got[0] if isinstance(got, tuple) else got
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    for layer in (L.GRU, L.RNN):
+        assert layer(4, num_layers=2, dropout=1.0).dropout == 1.0
+    assert L.InProjAttention(2, dropout=1.0).dropout == 1.0
+    assert L.TransformerDecoderLayer(1, dropout=1.0).dropout == 1.0

@@ -484,7 +484,9 @@ class Softplus(_Activation):
     threshold: float = 20.0
 
     def __post_init__(self):
-        check_float("Softplus", "beta", self.beta, low=0.0, low_open=True)
+        check_float("Softplus", "beta", self.beta)  # negative too, as torch
+        if self.beta == 0:
+            raise config_error("Softplus", "beta", "nonzero (the output is divided by it)", 0.0)
         check_float("Softplus", "threshold", self.threshold)
 
     def function(self, x):

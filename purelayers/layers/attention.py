@@ -329,7 +329,7 @@ def scaled_dot_product_attention(
     name = "scaled_dot_product_attention"
     q, k, v = as_array(q), as_array(k), as_array(v)
     _check_qkv(q, k, v, name)
-    check_float(name, "dropout_p", dropout_p, low=0.0, high=1.0, high_open=True)
+    check_float(name, "dropout_p", dropout_p, low=0.0, high=1.0)
     dtype = jnp.result_type(q, k, v)
     batch = q.shape[:-3]
     n, t, h = q.shape[-3:]
@@ -464,7 +464,7 @@ class AttentionCore(Layer):
                     f"a divisor of num_heads={self.num_heads}",
                     self.num_kv_heads,
                 )
-        check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_float(name, "dropout", self.dropout, low=0.0, high=1.0)
         if self.rope is not None and not isinstance(self.rope, RotaryEmbedding):
             raise config_error(name, "rope", "a RotaryEmbedding or None", self.rope)
         if self.scale is not None:

@@ -83,7 +83,7 @@ class _Block(Layer):
         name = type(self).__name__
         check_int(name, "nhead", self.nhead)
         check_int(name, "dim_feedforward", self.dim_feedforward)
-        check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_float(name, "dropout", self.dropout, low=0.0, high=1.0)
         check_float(name, "layer_norm_eps", self.layer_norm_eps, low=0.0, low_open=True)
         act = self.activation
         named = isinstance(act, str) and act in ("relu", "gelu")

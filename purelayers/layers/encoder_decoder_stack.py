@@ -19,6 +19,7 @@ from purelayers.layers import _torch_masks as _tm
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
+    check_float,
     check_int,
     check_shape,
     config_error,
@@ -247,6 +248,10 @@ class Transformer(Layer):
         for arg in ("custom_encoder", "custom_decoder"):
             if getattr(self, arg) is not None and not isinstance(getattr(self, arg), Layer):
                 raise config_error("Transformer", arg, "a Layer or None", getattr(self, arg))
+        # the arguments the inner layers know by other names (num_layers, eps)
+        check_int("Transformer", "num_encoder_layers", self.num_encoder_layers, minimum=0)
+        check_int("Transformer", "num_decoder_layers", self.num_decoder_layers, minimum=0)
+        check_float("Transformer", "layer_norm_eps", self.layer_norm_eps, low=0.0, low_open=True)
         try:
             self.children()
         except ValueError as e:

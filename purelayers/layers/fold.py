@@ -164,6 +164,18 @@ class Fold(_Blocks):
         super().__post_init__()
         out = ntuple("Fold", "output_size", self.output_size, 2, minimum=1)
         object.__setattr__(self, "output_size", out)
+        reach = [
+            (n + 2 * p - d * (k - 1) - 1) // s + 1
+            for n, k, d, p, s in zip(
+                out, self.kernel_size, self.dilation, self.padding, self.stride, strict=True
+            )
+        ]
+        if min(reach) < 1:
+            raise ValueError(
+                f"Fold: output_size must hold at least one sliding block per axis, got {out} "
+                f"(blocks per axis {tuple(reach)} for kernel_size={self.kernel_size}, "
+                f"dilation={self.dilation}, padding={self.padding}, stride={self.stride})"
+            )
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         xb, added = _batched("Fold", jnp.asarray(x), (2, 3), "(N, C * kh * kw, L)")

@@ -44,9 +44,6 @@ __all__ = [
     "SyncBatchNorm",
 ]
 
-# torch.finfo(torch.float32).eps: RMSNorm's default, also for bfloat16 and float16 inputs.
-FLOAT32_EPS = float(jnp.finfo(jnp.float32).eps)
-
 
 def _trailing(layer: str, shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     """The last ``ndim`` axes of ``shape``, the axes a layer normalizes over."""
@@ -210,8 +207,9 @@ class RMSNorm(Layer):
 
     Args:
       eps: added to the mean square inside the square root; must be > 0. Default
-        ``None``: float32's machine epsilon ``1.1920929e-07``, as torch, also for
-        bfloat16 and float16 inputs.
+        ``None``: the machine epsilon of the computing dtype, as torch (its
+        ``opmath`` type): float32's ``1.1920929e-07`` for float32, bfloat16 and
+        float16 inputs, float64's ``2.22e-16`` for float64.
       elementwise_affine: learn ``weight``. Default ``True``.
       normalized_ndim: how many trailing axes to normalize over. Default ``1``.
       weight_init: initializer for ``weight``. Default ones.
@@ -245,7 +243,7 @@ class RMSNorm(Layer):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         xf, axes = _trailing_input("RMSNorm", x, params, self.normalized_ndim)
-        eps = FLOAT32_EPS if self.eps is None else self.eps
+        eps = float(jnp.finfo(xf.dtype).eps) if self.eps is None else self.eps
         y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=axes, keepdims=True) + eps)
         y = _affine(y, params, self.normalized_ndim, self.elementwise_affine, False)
         return y.astype(jnp.result_type(x))

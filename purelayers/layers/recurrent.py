@@ -99,7 +99,7 @@ class _Recurrent(Layer):
         check_common(name, self)
         for arg in ("num_layers", "unroll"):
             check_int(name, arg, getattr(self, arg))
-        check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_float(name, "dropout", self.dropout, low=0.0, high=1.0)
         if self.dropout > 0 and self.num_layers == 1:
             warnings.warn(
                 f"{name}: dropout={self.dropout} acts between layers and has no effect with "

@@ -115,7 +115,7 @@ class TransformerBlock(Layer):
     def __post_init__(self):
         name = "TransformerBlock"
         check_float(name, "mlp_ratio", self.mlp_ratio, low=0.0, low_open=True)
-        check_float(name, "dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_float(name, "dropout", self.dropout, low=0.0, high=1.0)
         check_float(name, "norm_eps", self.norm_eps, low=0.0, low_open=True)
         if self.hidden_dim is not None:
             check_int(name, "hidden_dim", self.hidden_dim)

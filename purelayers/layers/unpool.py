@@ -145,23 +145,27 @@ class _MaxUnpoolNd(Layer):
                 name, "indices shape", f"x's shape {x.shape[1:] if added else x.shape}",
                 indices.shape,
             )  # fmt: skip
-        indices = indices[None] if added else indices
+        traced = isinstance(indices, jax.core.Tracer)
         need_nonempty(name, x)
         size = self._sizes(x.shape[2:], output_size)
         lead, n, total = x.shape[:2], math.prod(x.shape[2:]), math.prod(size)
-        out_of_range = (indices < 0) | (indices >= total)
-        if not isinstance(indices, jax.core.Tracer) and bool(out_of_range.any()):
-            where = tuple(int(i) for i in np.argwhere(np.asarray(out_of_range))[0])
-            raise LayerError(
-                name,
-                f"indices{list(where[1:] if added else where)}",
-                f"in [0, {total}) (the output's {size} positions per channel)",
-                int(indices[where]),
-                "as torch's, which raises on an invalid max index",
-            )
+        if not traced:  # known values (also a concrete array inside jit): checked here
+            known = np.asarray(indices)
+            bad = np.argwhere((known < 0) | (known >= total))
+            if bad.size:
+                where = tuple(int(i) for i in bad[0])
+                raise LayerError(
+                    name,
+                    f"indices{list(where)}",
+                    f"in [0, {total}) (the output's {size} positions per channel)",
+                    int(known[where]),
+                    "as torch's, which raises on an invalid max index",
+                )
+        indices = indices[None] if added else indices
         flat = _unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), total)
         y = flat.reshape((*lead, *size))
-        if isinstance(indices, jax.core.Tracer) and jnp.issubdtype(y.dtype, jnp.inexact):
+        if traced and jnp.issubdtype(y.dtype, jnp.inexact):
+            out_of_range = (indices < 0) | (indices >= total)
             y = jnp.where(out_of_range.any(), jnp.nan, y)  # not known when traced: NaN, no drop
         return unbatched(y, added)
 

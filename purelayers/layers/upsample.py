@@ -16,6 +16,8 @@ float64 inputs):
   ``align_corners``, else ``max(s * (i + 0.5) - 0.5, 0)``; ``x[floor(u)]`` and its
   right neighbour (the same entry at the last one) weighted ``1 - t`` and ``t``,
   ``t = u - floor(u)``.
+- ``area`` (per axis; torch's ``adaptive_avg_pool``): the mean of
+  ``x[floor(i L / O) .. ceil((i + 1) L / O) - 1]``.
 - ``bicubic`` (per axis): ``u`` as for linear but not clamped at ``0``; the four
   entries ``floor(u) - 1 .. floor(u) + 2``, each index clamped into ``[0, L - 1]``,
   weighted by Keys' cubic convolution with ``A = -0.75`` at ``t``.
@@ -42,7 +44,7 @@ from purelayers.layers.core import Layer, Params
 
 __all__ = ["Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d"]
 
-_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear")
+_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
 _RANK = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}
 _A = -0.75
 
@@ -106,10 +108,26 @@ def _source(size: int, out: int, scale: float | None, align: bool, cubic: bool, 
     return src if cubic else np.maximum(src, ft(0))
 
 
+def _area(size: int, out: int, ft: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """torch's ``area`` mode, ``adaptive_avg_pool``: output ``i`` averages the inputs
+    ``floor(i L / O) .. ceil((i + 1) L / O) - 1``; as taps, the ``j``-th input of each
+    window (clamped, weight 0 past the window's end) weighted by one over its length."""
+    i = np.arange(out)
+    start, end = (i * size) // out, -((-(i + 1) * size) // out)
+    length = end - start
+    taps = []
+    for j in range(int(length.max())):
+        weight = np.where(j < length, ft(1) / length.astype(ft), ft(0)).astype(ft)
+        taps.append((np.minimum(start + j, size - 1), weight))
+    return taps
+
+
 def _taps(mode: str, size: int, out: int, scale: float | None, align: bool, ft: Any):
     """``[(indices, weights or None), ...]``: the gathers of one axis."""
     if mode in ("nearest", "nearest-exact"):
         return [(_nearest(size, out, scale, mode == "nearest-exact", ft), None)]
+    if mode == "area":
+        return _area(size, out, ft)
     if mode != "bicubic":
         src = _source(size, out, scale, align, False, ft)
         i0 = src.astype(np.int64)
@@ -229,11 +247,12 @@ class Upsample(_Interpolate):
       scale_factor: the multiplier, a number or one per axis; the output is
         ``floor(L * scale_factor)``. Exactly one of ``size`` and ``scale_factor``.
       mode: ``"nearest"`` (default), ``"nearest-exact"``, ``"linear"`` (3-D input),
-        ``"bilinear"`` and ``"bicubic"`` (4-D), ``"trilinear"`` (5-D); the nearest modes
+        ``"bilinear"`` and ``"bicubic"`` (4-D), ``"trilinear"`` (5-D), ``"area"``
+        (torch's ``adaptive_avg_pool`` to the output size); the nearest and area modes
         take 3-D to 5-D inputs.
       align_corners: for the interpolating modes, map the corner entries onto each
         other (``True``) or the corners of the pixel areas (``False``, the default
-        ``None``). Must be ``None`` for the nearest modes.
+        ``None``). Must be ``None`` for the nearest and area modes.
       recompute_scale_factor: with ``scale_factor``, index by the ratio of the sizes
         ``L / O`` instead of ``1 / scale_factor``. Default ``None`` (off).
 
@@ -258,7 +277,9 @@ class Upsample(_Interpolate):
             raise config_error(
                 "Upsample", "align_corners", "None, True or False", self.align_corners
             )
-        if self.align_corners is not None and self.mode.startswith("nearest"):
+        if self.align_corners is not None and (
+            self.mode.startswith("nearest") or self.mode == "area"
+        ):
             raise ValueError(
                 f"Upsample: align_corners must be None for mode={self.mode!r} (it applies to "
                 f"linear, bilinear, bicubic and trilinear), got {self.align_corners!r}"

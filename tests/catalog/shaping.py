@@ -151,9 +151,9 @@ ERRORS = [
      r"scale_factor=2\.0\)$"),
     ("shaping-upsample-neither", lambda: L.UpsamplingNearest2d(), ValueError,
      r"^UpsamplingNearest2d: exactly one of size and scale_factor must be given, got neither"),
-    ("shaping-upsample-mode", lambda: L.Upsample(scale_factor=2, mode="area"), ValueError,
+    ("shaping-upsample-mode", lambda: L.Upsample(scale_factor=2, mode="cubic"), ValueError,
      r"^Upsample: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', "
-     r"'bicubic', 'trilinear', got 'area'$"),
+     r"'bicubic', 'trilinear', 'area', got 'cubic'$"),
     ("shaping-upsample-align-type", lambda: L.Upsample(scale_factor=2, mode="linear",
                                                        align_corners=1), ValueError,
      r"^Upsample: align_corners must be None, True or False, got 1$"),
@@ -184,6 +184,10 @@ ERRORS = [
      r"^Unfold: kernel_size must be a positive integer or a tuple of 2 such integers, got 0$"),
     ("shaping-fold-padding", lambda: L.Fold(4, 2, padding=-1), ValueError,
      r"^Fold: padding must be an integer >= 0 or a tuple of 2 such integers, got -1$"),
+    ("shaping-fold-unreachable", lambda: L.Fold((4, 4), 5), ValueError,
+     r"^Fold: output_size must hold at least one sliding block per axis, got \(4, 4\) \(blocks "
+     r"per axis \(0, 0\) for kernel_size=\(5, 5\), dilation=\(1, 1\), padding=\(0, 0\), "
+     r"stride=\(1, 1\)\)$"),
     ("shaping-fold-output-size", lambda: L.Fold((3, 0), 2), ValueError,
      r"^Fold: output_size must be a positive integer or a tuple of 2 such integers, got "
      r"\(3, 0\)$"),

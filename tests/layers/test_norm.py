@@ -70,6 +70,21 @@ def test_rms_norm_default_eps_is_float32_machine_epsilon():
     np.testing.assert_allclose(float(y16[0, 0]), expected, rtol=1e-2)
 
 
+def test_rms_norm_default_eps_in_float64_is_float64s_as_torch(torch):
+    """torch's default eps is the machine epsilon of the computing type: float64's
+    2.2e-16 for a float64 input, so the row ``[1e-4, 0]`` becomes ``[1.41421, 0]``
+    (``1e-4 / sqrt(5e-9 + 2.2e-16)``), where float32's eps would give 0.2838."""
+    x = np.array([[1e-4, 0.0], [3.0, -4.0]])
+    want = torch.nn.RMSNorm(2, dtype=torch.float64)(torch.tensor(x)).detach().numpy()
+    np.testing.assert_allclose(want[0, 0], 1e-4 / np.sqrt(5e-9 + np.finfo(np.float64).eps))
+    with jax.enable_x64(True):
+        rms = L.RMSNorm()
+        params = rms.init(jax.random.key(0), x.shape, jnp.float64)
+        got = rms.apply(params, jnp.asarray(x))
+        assert got.dtype == jnp.float64
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
 # -- parameters ----------------------------------------------------------------------
 
 

@@ -342,6 +342,13 @@ def test_unpool_indices_outside_the_output_raise_or_give_nan():
     y, idx = L.MaxPool2d(2, return_indices=True).apply({}, jnp.arange(16.0).reshape(1, 1, 4, 4))
     with pytest.raises(LayerError, match=r"expected in \[0, 9\) \(the output's \(3, 3\)"):
         L.MaxUnpool2d(2).apply({}, y, idx, (3, 3))
+    # Concrete indices inside a jitted function (closed over, as a loss holds them) are
+    # checked as eagerly, and good ones unpool, values and gradient.
+    unpool = jax.jit(jax.value_and_grad(lambda y: L.MaxUnpool2d(2).apply({}, y, idx).sum()))
+    total, grad = unpool(y)
+    assert float(total) == float(y.sum()) and np.array_equal(np.asarray(grad), np.ones(y.shape))
+    with pytest.raises(LayerError, match=r"^MaxUnpool1d: indices\[0, 0, 2\] expected"):
+        jax.jit(lambda x: L.MaxUnpool1d(2).apply({}, x, bad))(x)
 
 
 def test_unpool_shape_errors():

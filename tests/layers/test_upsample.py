@@ -66,6 +66,9 @@ SETTINGS = [
     ("bicubic", False, {"size": (3, 9)}, 4),
     ("trilinear", False, {"scale_factor": (1.5, 0.5, 2)}, 5),
     ("trilinear", True, {"scale_factor": 0.7}, 5),
+    ("area", None, {"size": (3, 2)}, 4),  # windows of uneven and overlapping lengths
+    ("area", None, {"scale_factor": 1.6}, 3),
+    ("area", None, {"size": (2, 3, 4)}, 5),
 ]
 
 
@@ -100,5 +103,7 @@ def test_configuration():
     assert L.Upsample(scale_factor=2).scale_factor == 2.0
     with pytest.raises(ValueError, match=r"^Upsample: align_corners must be None for mode="):
         L.Upsample(scale_factor=2, mode="nearest-exact", align_corners=True)
+    with pytest.raises(ValueError, match=r"^Upsample: align_corners must be None for mode='area'"):
+        L.Upsample(scale_factor=2, mode="area", align_corners=False)
     with pytest.raises(L.LayerError, match=r"input rank for mode='nearest' expected 3"):
         jax.eval_shape(lambda: L.Upsample(scale_factor=2).apply({}, jnp.zeros((2, 3))))
