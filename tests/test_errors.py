@@ -8,8 +8,9 @@ How the catalog is kept complete (``test_every_raise_site_is_in_the_catalog``):
 1. A *raise site* is a line of library code that can start an error: a ``raise`` with an
    exception (bare re-raises excluded), or a call of one of the raising check helpers
    of ``purelayers/layers/_checks.py`` (``check_int``, ``check_float``,
-   ``check_choice``, ``need_key``, ``need_ndim``, ``need_axis``; the ``raise``
-   statements inside those helpers are counted at their call sites instead). An AST
+   ``check_choice``, ``need_key``, ``need_ndim``, ``need_axis``,
+   ``need_known_in_range``; the ``raise`` statements inside those helpers are
+   counted at their call sites instead). An AST
    walk over ``purelayers/`` lists them as ``(file, line)``.
 2. Each trigger's exception is traced back to the line that raised it: the innermost
    traceback frame in ``purelayers/`` outside the check helpers. A container that
@@ -47,7 +48,10 @@ from tests import catalog
 from tests.composites import Residual
 
 PKG = pathlib.Path(pl.__file__).resolve().parent
-HELPERS = {"check_int", "check_float", "check_choice", "need_key", "need_ndim", "need_axis"}
+HELPERS = {
+    "check_int", "check_float", "check_choice", "need_key", "need_ndim", "need_axis",
+    "need_known_in_range",
+}  # fmt: skip
 
 # Files whose error paths are tested (with ``match=``) in their own test files, and their
 # number of raise sites: a new site there must get a test there and this count bumped.

@@ -260,6 +260,20 @@ def need_axis(layer: str, x: Any, axis: int, size: int, name: str, hint: str | N
         raise LayerError(layer, f"input {name}", size, got, hint)
 
 
+def need_known_in_range(
+    layer: str, what: str, values: Any, low: int, high: int, rule: str, hint: str | None = None
+) -> None:
+    """Known (not traced) integer ``values`` must lie in ``[low, high]``; the first that
+    does not is named by its index (``lengths[3]``). Traced values are not checked."""
+    if isinstance(values, jax.core.Tracer):
+        return
+    known = np.asarray(values)
+    bad = np.argwhere((known < low) | (known > high))
+    if bad.size:
+        where = tuple(int(i) for i in bad[0])
+        raise LayerError(layer, f"{what}{list(where)}", rule, int(known[where]), hint)
+
+
 def fold(key: jax.Array | None, i: int) -> jax.Array | None:
     """``fold_in(key, i)``, or ``None`` without a key."""
     return None if key is None else jax.random.fold_in(key, i)

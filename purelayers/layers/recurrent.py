@@ -58,6 +58,7 @@ from purelayers.layers._checks import (
     check_float,
     check_int,
     need_key,
+    need_known_in_range,
     need_width,
 )
 from purelayers.layers._recurrent_cells import (
@@ -261,16 +262,14 @@ class _Recurrent(Layer):
             )
         if not jnp.issubdtype(jnp.result_type(lengths), jnp.integer):
             raise LayerError(name, "lengths dtype", "an integer dtype", jnp.result_type(lengths))
-        if not isinstance(lengths, jax.core.Tracer):
-            bad = np.argwhere((np.asarray(lengths) < 1) | (np.asarray(lengths) > steps))
-            if bad.size:
-                i = tuple(int(j) for j in bad[0])
-                raise LayerError(
-                    name,
-                    f"lengths{list(i)}",
-                    f"in [1, {steps}] (the sequence length; as torch's pack_padded_sequence)",
-                    int(np.asarray(lengths)[i]),
-                )
+        need_known_in_range(
+            name,
+            "lengths",
+            lengths,
+            1,
+            steps,
+            f"in [1, {steps}] (the sequence length; as torch's pack_padded_sequence)",
+        )
         return jnp.asarray(lengths, jnp.int32).reshape(batch)
 
 

@@ -41,9 +41,8 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from purelayers.layers._checks import LayerError
+from purelayers.layers._checks import LayerError, need_known_in_range
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
 from purelayers.layers.core import Layer, Params
 
@@ -149,18 +148,15 @@ class _MaxUnpoolNd(Layer):
         need_nonempty(name, x)
         size = self._sizes(x.shape[2:], output_size)
         lead, n, total = x.shape[:2], math.prod(x.shape[2:]), math.prod(size)
-        if not traced:  # known values (also a concrete array inside jit): checked here
-            known = np.asarray(indices)
-            bad = np.argwhere((known < 0) | (known >= total))
-            if bad.size:
-                where = tuple(int(i) for i in bad[0])
-                raise LayerError(
-                    name,
-                    f"indices{list(where)}",
-                    f"in [0, {total}) (the output's {size} positions per channel)",
-                    int(known[where]),
-                    "as torch's, which raises on an invalid max index",
-                )
+        need_known_in_range(  # known values (also a concrete array inside jit)
+            name,
+            "indices",
+            indices,
+            0,
+            total - 1,
+            f"in [0, {total}) (the output's {size} positions per channel)",
+            "as torch's, which raises on an invalid max index",
+        )
         indices = indices[None] if added else indices
         flat = _unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), total)
         y = flat.reshape((*lead, *size))
