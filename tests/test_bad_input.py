@@ -104,10 +104,16 @@ def _misfits(tree, path):
         shape = (a.shape[0] + 1, *a.shape[1:]) if a.ndim else (1,)
         return {**d, key: jnp.zeros(shape, a.dtype)}
 
+    def other_kind(d):  # a float entry as int32, an integer one (a counter) as float32
+        a = d[key]
+        floating = jnp.issubdtype(a.dtype, jnp.floating)
+        return {**d, key: jnp.zeros(a.shape, jnp.int32 if floating else jnp.float32)}
+
     return {
         "missing": (_edit(tree, path, lambda d: {k: v for k, v in d.items() if k != key}), key),
         "extra": (_edit(tree, path, lambda d: {**d, "stray": jnp.zeros((2,))}), "stray"),
         "shape": (_edit(tree, path, grown), key),
+        "dtype": (_edit(tree, path, other_kind), key),
     }
 
 
@@ -128,7 +134,7 @@ def _assert_misfit_named(case: Case, kind: str, which: str) -> None:
     assert named, message
 
 
-@pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
+@pytest.mark.parametrize("kind", ["missing", "extra", "shape", "dtype"])
 @pytest.mark.parametrize("case_id", WITH_PARAMS)
 def test_params_that_do_not_fit_name_the_path_and_the_key(case_id, kind):
     _assert_misfit_named(BY_ID[case_id], kind, "params")
@@ -148,7 +154,7 @@ def test_params_of_another_kind_name_the_key(case_id):
         _traced(layer, None, _input(case), state, case.kwargs)
 
 
-@pytest.mark.parametrize("kind", ["missing", "extra", "shape"])
+@pytest.mark.parametrize("kind", ["missing", "extra", "shape", "dtype"])
 @pytest.mark.parametrize("case_id", WITH_STATE)
 def test_state_that_does_not_fit_names_the_path_and_the_key(case_id, kind):
     _assert_misfit_named(BY_ID[case_id], kind, "state")
@@ -206,6 +212,55 @@ def test_a_switched_off_bias_is_expected_absent_and_a_switched_on_one_required()
     # a (7, 5) weight for Linear(6) used to give a (4, 7) output
     with pytest.raises(LayerError, match=r"'weight' shape expected \(6, 5\), got \(7, 5\)"):
         off.apply({"weight": jnp.ones((7, 5))}, x)
+
+
+def test_entries_that_are_not_arrays_or_of_another_kind_are_named(torch):
+    """An abstract tree (``pl.params.abstract``: shapes, no values) or torch tensors
+    given as params are named as such (they used to pass the check and fail later with
+    an ``AttributeError``); a float parameter given as integers, or an integer counter
+    as floats, is named by its dtype (torch refuses both; before, an int32 weight
+    computed in float32 and an int32 ``running_mean`` kept truncated statistics)."""
+    model = L.Sequential({"fc": L.Linear(3), "bn": L.BatchNorm1d()})
+    x = jnp.ones((4, 5))
+    params, state = model.init(KEY, x.shape), model.init_state(x.shape)
+    abstract = pl.params.abstract(model, x.shape)
+    with pytest.raises(
+        LayerError,
+        match=r"^Sequential\[fc\] Linear: params entry 'weight' "
+        r"expected a JAX or NumPy array, got jax\.ShapeDtypeStruct\n  an abstract",
+    ):
+        model.apply(abstract, x, state=state)
+    tensors = {k: torch.tensor(np.asarray(v)) for k, v in pl.params.flatten(params).items()}
+    with pytest.raises(
+        LayerError, match=r"got torch\.Tensor\n.*load through pl\.params\.load_state_dict"
+    ):
+        model.apply(pl.params.unflatten(tensors), x, state=state)
+    ints = {**params, "fc": {**params["fc"], "weight": jnp.ones((3, 5), jnp.int32)}}
+    for run in (model.apply, jax.jit(model.apply, static_argnames="train")):
+        with pytest.raises(
+            LayerError,
+            match=r"^Sequential\[fc\] Linear: params entry 'weight' "
+            r"dtype expected floating point \(as init builds it\), got int32",
+        ):
+            run(ints, x, state=state)
+    counter = {"bn": {**state["bn"], "num_batches_tracked": jnp.float32(0.5)}}
+    with pytest.raises(
+        LayerError,
+        match=r"state entry 'num_batches_tracked' dtype expected "
+        r"an integer dtype \(as init_state builds it\), got float32",
+    ):
+        model.apply(params, x, state=counter, train=True)
+    # float widths are one kind: a bfloat16 or float64 tree computes
+    half = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
+    assert model.apply(half, x, state=state)[0].shape == (4, 3)
+    # A tied weight given as integers is named, not the integer activation it causes.
+    tied = L.Tied(L.Sequential({"emb": L.Embedding(7, 4), "head": L.Linear(7, bias=False)}),
+                  {"head.weight": "emb.weight"})  # fmt: skip
+    ids = jnp.zeros((2, 3), jnp.int32)
+    p = tied.init(KEY, ids.shape)
+    p = {**p, "emb": {"weight": p["emb"]["weight"].astype(jnp.int32)}}
+    with pytest.raises(LayerError, match=r"params entry 'weight' dtype expected floating point"):
+        tied.apply(p, ids)
 
 
 def test_the_check_runs_under_jit_and_vmap_and_inside_containers():

@@ -68,7 +68,7 @@ TESTED_ELSEWHERE = {
     "lora.py": (11, "tests/test_lora.py"),
     "_lora_wrap.py": (7, "tests/test_lora.py"),
     "_lora_layers.py": (6, "tests/test_lora.py"),
-    "layers/_fit.py": (6, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),
+    "layers/_fit.py": (7, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),
     "models/bert.py": (13, "tests/models/test_bert.py"),
     "models/vit.py": (11, "tests/models/test_vit.py"),
     "models/resnet.py": (10, "tests/models/test_resnet.py"),

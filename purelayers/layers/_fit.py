@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from purelayers._tree import Stacked
 from purelayers.layers._capture import paused
@@ -296,6 +297,16 @@ class _Walk:
                 _describe(given),
                 None,
             )
+        if not isinstance(given, (jax.Array, np.ndarray, np.generic)):
+            self.fail(
+                layer,
+                path,
+                name,
+                "a JAX or NumPy array",
+                f"{type(given).__module__}.{type(given).__name__}",
+                "an abstract tree (pl.params.abstract, jax.eval_shape) holds no values; "
+                "torch tensors load through pl.params.load_state_dict",
+            )
         if tuple(shape) != tuple(expected.shape):
             raise LayerError(
                 type(layer).__name__,
@@ -307,6 +318,26 @@ class _Walk:
                 path=path,
                 root=self.root if path else None,
             )
+        kind = _kind(expected.dtype)
+        if _kind(given.dtype) != kind:
+            raise LayerError(
+                type(layer).__name__,
+                f"{self.what} entry {name!r} dtype",
+                f"{kind} (as {self._maker()} builds it)",
+                jnp.dtype(given.dtype).name,
+                "as torch, which refuses a parameter or buffer of another kind; cast the "
+                "tree (pl.params.load_state_dict casts to its template's dtypes)",
+                path=path,
+                root=self.root if path else None,
+            )
+
+
+def _kind(dtype: Any) -> str:
+    if jnp.issubdtype(dtype, jnp.floating):
+        return "floating point"
+    if jnp.issubdtype(dtype, jnp.integer):
+        return "an integer dtype"
+    return jnp.dtype(dtype).name
 
 
 def check_fit(layer: Any, tree: Any, x: Any, what: str = "params") -> bool:

@@ -287,6 +287,10 @@ def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple,
             with paused():
                 jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
         except LayerError as own:
+            if mismatch.what.endswith(" dtype") and " entry " not in own.what:
+                # an entry of another kind is wrong whatever the input (the error it
+                # causes downstream, an integer activation, say, is only its symptom)
+                raise mismatch from None
             if mismatch.what.endswith(" shape") and str(mismatch).splitlines()[0] not in str(own):
                 misfit = f"the params do not fit this input either: {str(mismatch).splitlines()[0]}"
                 own.hint = f"{own.hint}\n  {misfit}" if own.hint else misfit
