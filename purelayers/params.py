@@ -130,22 +130,25 @@ def _match(
     Returns ``{template name: checkpoint name}`` for every name found, and the
     unmatched names. An alias in ``aliases`` (``{alias: original}``) that the template
     does not hold stands for its original: when the checkpoint has both, ``equal(alias,
-    original)`` must hold, else a ``ValueError`` names both; when it has only the alias,
+    original)`` must hold, else a ``ValueError`` names both (as between two aliases of one
+    original the checkpoint holds without it); when it has only the alias,
     the original is read from it. Raises (before anything is read or converted) one
     ``KeyError`` for missing and unexpected names under ``strict``, and one
     ``ValueError`` naming every shape mismatch.
     """
     source = {k: k for k in names if k in available}
     consumed: set[str] = set()
-    both: list[tuple[str, str]] = []  # tied names the checkpoint holds twice: compared last
+    both: list[tuple[str, str, str]] = []  # names holding one array twice: compared last
     for alias, original in (aliases or {}).items():
         if alias in names or alias not in available or original not in names:
             continue
         consumed.add(alias)
-        if original not in available:
-            source[original] = alias
+        if original in available:
+            both.append((alias, original, original))
+        elif original in source:  # another alias of it fills it: the two must agree
+            both.append((alias, source[original], original))
         else:
-            both.append((alias, original))
+            source[original] = alias
     keys = IncompatibleKeys(
         [k for k in names if k not in source],
         [k for k in available if k not in names and k not in consumed],
@@ -163,11 +166,16 @@ def _match(
     ]
     if mismatched:
         raise ValueError(f"{who}: shape mismatch for " + "; ".join(mismatched))
-    for alias, original in both:
-        if equal is not None and not equal(alias, original):
+    for alias, other, original in both:
+        if equal is not None and not equal(alias, other):
+            tie = (
+                f"{alias!r} is tied to {original!r}"
+                if other == original
+                else f"{alias!r} and {other!r} are both tied to {original!r}"
+            )
             raise ValueError(
-                f"{who}: {alias!r} is tied to {original!r} but the checkpoint holds different "
-                f"values under the two names; nothing was loaded"
+                f"{who}: {tie} but the checkpoint holds different values under the two "
+                "names; nothing was loaded"
             )
     return source, keys
 

@@ -562,6 +562,25 @@ def test_sequential_rejects_duplicate_names():
         L.Sequential([("x", L.ReLU()), ("x", L.Tanh())])
 
 
+def test_two_aliases_of_one_original_must_agree_where_the_original_is_absent(tmp_path):
+    """``b.weight`` and ``c.weight`` both tied to ``a.weight``; a checkpoint holding the
+    two aliases but not the original fills it from them only where they hold one value
+    (before: the last alias won silently)."""
+    seq = L.Sequential({k: L.Linear(4, bias=False) for k in "abc"})
+    tied = L.Tied(seq, {"b.weight": "a.weight", "c.weight": "a.weight"})
+    template = tied.init(jax.random.key(0), (2, 4))
+    w = np.arange(16, dtype=np.float32).reshape(4, 4)
+    got = P.load_state_dict(template, {"b.weight": w, "c.weight": w}, model=tied)
+    np.testing.assert_array_equal(got["a"]["weight"], w)
+    pattern = r"'c\.weight' and 'b\.weight' are both tied to 'a\.weight' but .* nothing was loaded"
+    with pytest.raises(ValueError, match=pattern):
+        P.load_state_dict(template, {"b.weight": w, "c.weight": w + 1}, model=tied)
+    path = tmp_path / "two.safetensors"
+    P.save(path, {"b": {"weight": w}, "c": {"weight": w + 1}})
+    with pytest.raises(ValueError, match=pattern):
+        P.load_into(path, template, model=tied)
+
+
 def test_tied_construction_errors():
     three = L.Sequential({"a": L.Linear(4), "b": L.Linear(4), "c": L.Linear(4)})
     lm = _tied_lm().layer
