@@ -456,6 +456,10 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("dropout-needs-key", lambda: L.Dropout(0.1).apply({}, jnp.zeros(3), train=True), LayerError,
      r"^Dropout: train=True draws random numbers and needs a PRNG key; pass "
      r"key=jax\.random\.key\(seed\)"),
+    ("dropout-int-train", lambda: L.Dropout2d(0.5).apply(
+        {}, jnp.ones((1, 2, 3, 3), jnp.int32), train=True, key=jax.random.key(0)), LayerError,
+     r"^Dropout2d: input dtype in train mode expected floating point, got int32\n  as torch, "
+     r"which cannot scale integer, bool or complex inputs"),
     # -- embedding ---------------------------------------------------------------------
     ("embedding-num", lambda: L.Embedding(0, 4), ValueError,
      r"^Embedding: num_embeddings must be a positive integer, got 0$"),

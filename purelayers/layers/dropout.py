@@ -49,7 +49,16 @@ def _masked(
     if math.prod(jnp.shape(x)) == 0:
         return x
     if p == 1.0:
-        return x * 0
+        return x * 0 if jnp.issubdtype(jnp.result_type(x), jnp.inexact) else jnp.zeros_like(x)
+    if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
+        raise LayerError(
+            layer,
+            "input dtype in train mode",
+            "floating point",
+            jnp.dtype(jnp.result_type(x)).name,
+            "as torch, which cannot scale integer, bool or complex inputs by 1 / (1 - p); "
+            "eval mode, p=0 and p=1 pass them through",
+        )
     keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
     if not alpha:
         return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))

@@ -133,3 +133,28 @@ def test_alpha_dropouts_keep_zero_mean_unit_variance(cls, shape):
     if cls is L.FeatureAlphaDropout:
         assert (dropped == dropped[..., :1]).all(), "one draw per channel"
     np.testing.assert_array_equal(y, cls(0.2).apply({}, x, train=True, key=jax.random.key(4)))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool", "complex64"])
+def test_non_float_inputs_in_train_mode_as_torch(torch, dtype):
+    """torch's dropouts cannot scale integer, bool or complex inputs in train mode and
+    raise; at p=0 and p=1 (and in eval mode) they pass them through in their dtype."""
+    x = np.ones((2, 3, 4), dtype)
+    key = jax.random.key(0)
+    for ours, theirs in (
+        (L.Dropout, torch.nn.Dropout),
+        (L.Dropout1d, torch.nn.Dropout1d),
+        (L.AlphaDropout, torch.nn.AlphaDropout),
+    ):
+        with pytest.raises(RuntimeError, match=r"can't be cast|not implemented for 'Complex"):
+            theirs(0.5).train()(torch.tensor(x))
+        with pytest.raises(
+            L.LayerError, match=rf"input dtype in train mode expected floating point, got {dtype}"
+        ):
+            ours(0.5).apply({}, x, train=True, key=key)
+        for p in (0.0, 1.0):
+            want = theirs(p).train()(torch.tensor(x)).numpy()
+            got = ours(p).apply({}, x, train=True, key=key)
+            assert got.dtype == want.dtype, (ours, p)
+            np.testing.assert_array_equal(np.asarray(got), want)
+        assert ours(0.5).apply({}, x).dtype == x.dtype
