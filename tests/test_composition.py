@@ -601,3 +601,22 @@ def test_cache_keeps_its_dtype_when_values_are_wider_than_keys():
     cache = attn.init_cache((1, 4, 16), jnp.bfloat16)
     assert cache["keys"].shape == (1, 4, 2, 4) and cache["values"].shape == (1, 4, 2, 2)
     assert cache["keys"].dtype == cache["values"].dtype == jnp.bfloat16
+
+
+def test_ids_pass_through_parameter_free_layers_before_an_embedding(torch):
+    """``Sequential(Identity(), Embedding(5, 3))`` (as torch builds it) initializes
+    from a shape: the first layer with arrays decides that the input is ids."""
+    model = L.Sequential(L.Identity(), L.Dropout(0.1), L.Embedding(5, 3), L.Linear(2))
+    assert model.takes_ids and not L.Sequential(L.Identity(), L.Linear(2)).takes_ids
+    params = model.init(jax.random.key(0), (2, 4))
+    assert {k: v.shape for k, v in P.flatten(params).items()} == {
+        "2.weight": (5, 3), "3.weight": (2, 3), "3.bias": (2,)
+    }  # fmt: skip
+    assert model.init_state((2, 4)) == {}
+    twin = torch.nn.Sequential(
+        torch.nn.Identity(), torch.nn.Dropout(0.1), torch.nn.Embedding(5, 3), torch.nn.Linear(3, 2)
+    ).eval()
+    params = P.load_state_dict(params, twin.state_dict())
+    ids = np.array([[0, 4, 2, 1], [3, 3, 0, 4]])
+    want = twin(torch.tensor(ids)).detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, rtol=1e-6, atol=1e-6)

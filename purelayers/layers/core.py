@@ -455,7 +455,14 @@ class Sequential(Layer):
 
     @property
     def takes_ids(self) -> bool:
-        return bool(self.layers) and self.layers[0].takes_ids
+        # the first layer with arrays of its own decides (Identity, Dropout, ... before
+        # an Embedding pass its ids on, as torch's)
+        for layer in self.layers:
+            if layer.takes_ids:
+                return True
+            if layer.own_names() or layer.children():
+                return False
+        return False
 
     def children(self) -> dict[str, Layer]:
         return dict(zip(self.names, self.layers, strict=True))
