@@ -741,6 +741,9 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^TransformerBlock\[ln1\] LayerNorm: the last axis of x must be 8"),
     ("block-child-fc", lambda: _transformer_child("fc"), LayerError,
      r"^TransformerBlock\[fc\] Linear: input last axis expected 5, got 8"),
+    ("repeat-chain", lambda: L.Repeat(L.Linear(5), 2).init(KEY, (2, 4)), LayerError,
+     r"^Repeat: Linear block output \(the next block's input\) expected shape \(2, 4\) and "
+     r"dtype float32, its input's, got shape \(2, 5\) and dtype float32\n  a Repeat chains"),
     ("repeat-layer", lambda: L.Repeat(jnp.tanh, 2), ValueError,
      r"^Repeat: layer must be a Layer, got"),
     ("repeat-n", lambda: L.Repeat(L.Linear(2), 0), ValueError,

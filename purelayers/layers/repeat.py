@@ -18,7 +18,7 @@ from purelayers._tree import Stacked
 from purelayers.layers import _capture
 from purelayers.layers._checks import LayerError, check_int
 from purelayers.layers.attention import need_cache_room
-from purelayers.layers.core import Layer, Params, _spec, apply_child
+from purelayers.layers.core import Layer, Params, _output_spec, _spec, apply_child
 
 __all__ = ["Remat", "Repeat"]
 
@@ -240,7 +240,26 @@ class Repeat(Layer):
                 blocks.append(self.layer.init(jax.random.fold_in(key, i), x, dtype))
             except LayerError as e:
                 raise e.within("Repeat", str(i)) from None
+        if blocks:
+            self._check_chain(blocks[0], x)
         return _stack(blocks, self.n)
+
+    def _check_chain(self, params: Params, x: jax.ShapeDtypeStruct) -> None:
+        """A block's output is the next block's input: it must keep the input's shape and
+        dtype (a ``lax.scan`` carry), else ``init`` names the block, not ``apply``'s scan."""
+        try:
+            out = _output_spec(self.layer, params, self.layer.init_state(x, x.dtype), x)
+        except (ValueError, TypeError):  # the block needs more than x (a mask, a memory)
+            return
+        if isinstance(out, jax.ShapeDtypeStruct) and (out.shape, out.dtype) != (x.shape, x.dtype):
+            raise LayerError(
+                "Repeat",
+                f"{type(self.layer).__name__} block output (the next block's input)",
+                f"shape {x.shape} and dtype {x.dtype.name}, its input's",
+                f"shape {out.shape} and dtype {out.dtype.name}",
+                "a Repeat chains its blocks, so each must keep its input's shape and dtype; "
+                "Sequential(*[block] * n) takes blocks that change them",
+            )
 
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> Any:
         one = self.layer.init_state(_spec(shape, dtype), dtype)
