@@ -17,8 +17,8 @@ class Residual(L.Layer):
 
     def init(self, key, shape, dtype=jnp.float32):
         return {
-            "norm": self.norm.init(jax.random.fold_in(key, 0), shape, dtype),
-            "body": self.body.init(jax.random.fold_in(key, 1), shape, dtype),
+            "norm": self.init_child("norm", jax.random.fold_in(key, 0), shape, dtype),
+            "body": self.init_child("body", jax.random.fold_in(key, 1), shape, dtype),
         }
 
     def apply(self, params, x, *, key=None, train=False):

@@ -16,6 +16,7 @@ import purelayers as pl
 from purelayers import layers as L
 from purelayers import params as P
 from tests import twins
+from tests.composites import Residual
 from tests.twins import load_from_torch
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -620,3 +621,27 @@ def test_ids_pass_through_parameter_free_layers_before_an_embedding(torch):
     ids = np.array([[0, 4, 2, 1], [3, 3, 0, 4]])
     want = twin(torch.tensor(ids)).detach().numpy()
     np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_custom_layers_plain_value_error_and_init_errors_name_the_path():
+    """A layer of the user's own raising a plain ``ValueError`` (its shape check) deep
+    in containers gets the path, as the library's ``LayerError``s do; and a custom
+    layer's ``init_child`` puts its field in an init error's path."""
+
+    class Scale(L.Layer):
+        def apply(self, params, x, *, key=None, train=False):
+            if x.shape[-1] != 4:
+                raise ValueError(f"Scale: input last axis expected 4, got {x.shape[-1]}")
+            return 2 * x
+
+    model = L.Sequential({"blk": L.Sequential({"inner": L.Sequential({"s": Scale()})})})
+    with pytest.raises(
+        L.LayerError,
+        match=r"^Sequential\[blk\.inner\.s\] Scale: input last axis expected 4, got 5$",
+    ):
+        model.apply({}, jnp.zeros((2, 5)))
+    assert model.apply({}, jnp.ones((2, 4))).sum() == 16
+    body = L.Sequential(L.Linear(4), L.Softmax(axis=5))
+    outer = L.Sequential({"b": L.Sequential({"c": Residual(L.LayerNorm(), body)})})
+    with pytest.raises(L.LayerError, match=r"^Sequential\[b\.c\.body\.1\] Softmax: axis 5"):
+        outer.init(jax.random.key(0), (2, 3))

@@ -173,6 +173,27 @@ def _residual_missing_child():
 
 
 @traced
+def _residual_init_nested():
+    """A custom layer's ``init_child`` names the child's field in the path."""
+    block = Residual(L.LayerNorm(), L.Sequential(L.Linear(8), L.GroupNorm(3)))
+    return L.Sequential({"res": block}).init(KEY, (2, 8))
+
+
+class _Scale(L.Layer):
+    """A user layer whose own shape check raises a plain ``ValueError``."""
+
+    def apply(self, params, x, *, key=None, train=False):
+        if x.shape[-1] != 4:
+            raise ValueError(f"_Scale: input last axis expected 4, got {x.shape[-1]}")
+        return 2 * x
+
+
+@traced
+def _sequential_user_value_error():
+    return L.Sequential({"s": _Scale()}).apply({}, jnp.zeros((2, 5)))
+
+
+@traced
 def _sequential_init_nested():
     return L.Sequential(L.Linear(8), L.Sequential(L.ReLU(), L.GroupNorm(3))).init(KEY, (2, 8))
 
@@ -375,6 +396,10 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Sequential\[1\.2\] Linear: input last axis expected 5, got 4"),
     ("sequential-init-nested-path", _sequential_init_nested, LayerError,
      r"^Sequential\[1\.1\] GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
+    ("composite-init-path", _residual_init_nested, LayerError,
+     r"^Sequential\[res\.body\.1\] GroupNorm: channels \(axis 1\) must divide into num_groups=3"),
+    ("user-value-error-path", _sequential_user_value_error, LayerError,
+     r"^Sequential\[s\] _Scale: input last axis expected 4, got 5$"),
     ("composite-call-path", lambda: _apply_residual((2, 7)), LayerError,
      r"^Residual\[norm\] LayerNorm: the last axis of x must be 8"),
     ("composite-call-nested-key", _residual_train_without_key, LayerError,

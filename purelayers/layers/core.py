@@ -186,6 +186,19 @@ class Layer:
         is missing from ``params`` fails naming it. ``args`` and ``kwargs`` (``key``,
         ``train``, ``state``, ``mask``, ...) go to the child's ``apply`` unchanged.
         """
+        p = params.get(name, {}) if isinstance(params, Mapping) else {}
+        return apply_child(self, name, self._child(name), p, x, *args, **kwargs)
+
+    def init_child(self, name: str, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Any:
+        """``init`` of the child ``name`` (a key of ``children()``), with errors naming
+        its path as ``call`` does for ``apply`` (``Residual[body.1] Softmax: ...``)."""
+        child = self._child(name)
+        try:
+            return child.init(key, shape, dtype)
+        except LayerError as e:
+            raise e.within(type(self).__name__, name) from None
+
+    def _child(self, name: str) -> Layer:
         kids = self.children()
         if name not in kids:
             raise LayerError(
@@ -195,8 +208,7 @@ class Layer:
                 None,
                 f"its children are {list(kids)}",
             )
-        p = params.get(name, {}) if isinstance(params, Mapping) else {}
-        return apply_child(self, name, kids[name], p, x, *args, **kwargs)
+        return kids[name]
 
     def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
         """``tree`` (params, state, or both merged) re-listed in PyTorch's order.
@@ -230,6 +242,13 @@ def apply_child(
         return run_child(name, lambda: unchecked(child)(params, x, *args, **kwargs))
     except LayerError as e:
         raise e.within(type(parent).__name__, name) from None
+    except ValueError as e:
+        if type(e) is not ValueError:  # another library's own kind of error: as it is
+            raise
+        # a plain ValueError (a custom layer's own shape check): given the path too
+        layer = type(child).__name__
+        message = str(e).removeprefix(f"{layer}: ")
+        raise LayerError(layer, message, None, None).within(type(parent).__name__, name) from e
     except KeyError as e:
         if not e.args or (isinstance(params, Mapping) and e.args[0] in params):
             raise

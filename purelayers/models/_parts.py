@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from purelayers.layers import Layer, LayerError, Params
+from purelayers.layers import Layer, Params
 from purelayers.layers._checks import fold
 
 __all__ = ["fold", "init_children"]
@@ -18,10 +18,7 @@ def init_children(layer: Layer, key: jax.Array, shapes: Mapping[str, Any], dtype
     initialized from ``fold_in(key, i)`` for its input shape ``shapes[name]``; children
     not in ``shapes`` have no parameters."""
     params: Params = {}
-    for i, (name, child) in enumerate(layer.children().items()):
+    for i, name in enumerate(layer.children()):
         if name in shapes:
-            try:
-                params[name] = child.init(jax.random.fold_in(key, i), shapes[name], dtype)
-            except LayerError as e:
-                raise e.within(type(layer).__name__, name) from None
+            params[name] = layer.init_child(name, jax.random.fold_in(key, i), shapes[name], dtype)
     return params
