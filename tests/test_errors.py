@@ -1016,6 +1016,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^Repeat: params blocks expected 3, got 2$"),
     ("tied-layer", lambda: L.Tied(3, {"a": "b"}), ValueError,
      r"^Tied: layer must be a Layer, got 3$"),
+    ("tied-stacked", lambda: L.Tied(L.Sequential({"blocks": L.Repeat(L.Linear(4), 2), "head": L.Linear(4, bias=False)}), {"head.weight": "blocks.0.weight"}), ValueError,
+     r"^Tied: original 'blocks\.0\.weight' lies in the stacked blocks of the Repeat at 'blocks', which holds one array per name"),
     ("tied-empty", lambda: L.Tied(L.Linear(2), {}), ValueError,
      r"^Tied: aliases must be a non\-empty mapping of alias to original, got \{\}$"),
     ("tied-unknown", lambda: L.Tied(L.Sequential({"wte": L.Embedding(5, 3)}), {"head.weight": "wte.weight"}), ValueError,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from purelayers.layers._checks import LayerError
 from purelayers.layers.core import Layer, Params
+from purelayers.layers.repeat import Repeat
 
 __all__ = ["Tied"]
 
@@ -26,6 +27,16 @@ def _owner(layer: Layer, dotted: str) -> tuple[Layer, str] | None:
             return None
         layer = kids[part]
     return (layer, leaf) if leaf in layer.own_names() else None
+
+
+def _stacked_at(layer: Layer, dotted: str) -> str | None:
+    """The path of the ``Repeat`` whose stacked blocks hold ``dotted``, if one does."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(layer, Repeat):
+            return ".".join(parts[:i]) or "the root"
+        layer = layer.children()[part]
+    return None
 
 
 def _get(tree: Any, dotted: str) -> Any:
@@ -81,8 +92,9 @@ class Tied(Layer):
         arrays ``layer`` declares (``own_names`` of the child they name), of one shape.
 
     Raises:
-      ValueError: at construction, a name that is no declared array of ``layer``, an
-        alias that is also an original, or a name tied to itself.
+      ValueError: at construction, a name that is no declared array of ``layer`` (or
+        one in a ``Repeat``'s stacked blocks), an alias that is also an original, or a
+        name tied to itself.
 
     Example:
       >>> lm = Tied(L.Sequential({"wte": L.Embedding(10, 4), "lm_head": L.Linear(10, bias=False)}),
@@ -107,6 +119,13 @@ class Tied(Layer):
                     raise ValueError(
                         f"Tied: {role} {name!r} names no array of {type(layer).__name__}; "
                         "name a parameter its children declare (e.g. 'lm_head.weight')"
+                    )
+                stack = _stacked_at(layer, name)
+                if stack is not None:
+                    raise ValueError(
+                        f"Tied: {role} {name!r} lies in the stacked blocks of the Repeat at "
+                        f"{stack!r}, which holds one array per name for all its blocks; tie "
+                        "arrays outside it, or build the blocks with Sequential"
                     )
             if alias == original:
                 raise ValueError(f"Tied: {alias!r} is tied to itself")

@@ -244,8 +244,10 @@ def test_dropout_needs_key_and_is_reproducible():
     a, b = sdpa(q, k, v, dropout_p=0.5, key=key), sdpa(q, k, v, dropout_p=0.5, key=key)
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, sdpa(q, k, v))
-    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\), got 1.0"):
-        sdpa(q, k, v, dropout_p=1.0)
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\], got 1.5"):
+        sdpa(q, k, v, dropout_p=1.5)
+    # p = 1, accepted as torch: every attention weight dropped, the output zero
+    assert not np.asarray(sdpa(q, k, v, dropout_p=1.0, key=key)).any()
 
 
 def test_traced_scale_equals_static_scale():
