@@ -664,7 +664,7 @@ _CUSTOM = "custom_derivative must be True or False,"
     [
         (lambda: L.LSTM(0), r"LSTM: hidden_size must be a positive integer, got 0"),
         (lambda: L.GRU(4, num_layers=0), r"GRU: num_layers must be a positive integer, got 0"),
-        (lambda: L.RNN(4, dropout=1.0), r"RNN: dropout must be in \[0, 1\), got 1.0"),
+        (lambda: L.RNN(4, dropout=1.5), r"RNN: dropout must be in \[0, 1\], got 1.5"),
         (lambda: L.RNN(4, nonlinearity="gelu"), r"RNN: nonlinearity must be one of 'tanh', 're"),
         (lambda: L.RNNCell(4, nonlinearity="x"), r"RNNCell: nonlinearity must be one of"),
         (lambda: L.LSTM(4, bidirectional=1), r"LSTM: bidirectional must be True or False, got 1"),
