@@ -122,7 +122,8 @@ def from_pretrained(
     beside them gives the token ids ``generate`` stops and pads with (its
     ``eos_token_id``, ``pad_token_id``, ``bos_token_id`` where they differ from the
     config's, kept apart as the model's ``generation_config``; the config stays
-    ``config.json``'s), as it does transformers'; a config that cannot be read is a ``ValueError`` naming the file.
+    ``config.json``'s), as it does transformers'; a config that cannot be read is a
+    ``ValueError`` naming the file.
 
     Args:
       path: the folder.

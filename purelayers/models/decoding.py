@@ -162,8 +162,10 @@ def generate(
     token, 0 = padding) marks a left-padded batch: each row gets the positions and the
     tokens it would get alone. A row that emits ``eos_token_id`` (default: the
     model's ``generation_config``'s, else the config's; an int or a list) is finished:
-    its later tokens are ``pad_token_id`` (default: likewise, else the first eos id), and decoding stops once every row
-    has finished, so the result may be shorter, as transformers' ``generate``.
+    its later tokens are ``pad_token_id`` (default: likewise, else the first eos id),
+    and decoding stops once every row has finished, so the result may be shorter, as
+    transformers' ``generate``. Prompt ids must lie in ``[0, vocab_size)``, padding
+    included (``ValueError``).
 
     ``unroll_blocks``: the decode step runs a ``Repeat``'s blocks from per-block copies
     of their weights (``Repeat.unstack``, made once per call), about twice as fast as
