@@ -25,6 +25,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = [
     "Initializer",
@@ -58,15 +59,30 @@ class Initializer:
         shape = tuple(int(d) for d in shape)
         if 0 in shape:  # nothing to draw (torch's init functions leave it as it is)
             return jnp.zeros(shape, dtype)
-        return self.draw(key, shape, dtype, **dict(self.options))
+        # Half-width floats are drawn in float32 and rounded once, as torch fills a
+        # bfloat16 tensor: drawn in bfloat16, a normal takes ~128 distinct values, and a
+        # truncated normal's far bounds (+-2 at std 0.02: 100 std) clamp samples to them.
+        wide = jnp.float32 if jnp.dtype(dtype) in _HALF else dtype
+        return self.draw(key, shape, wide, **dict(self.options)).astype(dtype)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.options)
         return f"{self.name}({args})"
 
 
+_HALF = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
 def _make(name: str, draw: Callable[..., jax.Array], **options: Any) -> Initializer:
     return Initializer(name, draw, tuple(options.items()))
+
+
+def _real(name: str, **values: Any) -> None:
+    """Each of ``values`` must be a real number (a Python or NumPy int or float)."""
+    for arg, value in values.items():
+        ok = isinstance(value, (int, float, np.integer, np.floating))
+        if not ok or isinstance(value, bool) or math.isnan(value):
+            raise ValueError(f"{name}: {arg} must be a real number, got {value!r}")
 
 
 def fans(shape: Sequence[int]) -> tuple[int, int]:
@@ -145,7 +161,8 @@ def _orthogonal(key, shape, dtype, *, gain):
     if len(shape) < 2:
         raise ValueError(f"orthogonal: shape must have at least 2 axes, got {shape!r}")
     rows, cols = shape[0], math.prod(shape[1:])
-    flat = jax.random.normal(key, (max(rows, cols), min(rows, cols)), jnp.float32)
+    wide = jnp.promote_types(jnp.float32, dtype)  # float64's QR for float64 weights
+    flat = jax.random.normal(key, (max(rows, cols), min(rows, cols)), wide)
     q, r = jnp.linalg.qr(flat)
     q = q * jnp.sign(jnp.diagonal(r))[None, :]
     if rows < cols:
@@ -165,18 +182,21 @@ def ones() -> Initializer:
 
 def constant(value: float) -> Initializer:
     """Every entry ``value`` (``torch.nn.init.constant_``)."""
+    _real("constant", value=value)
     return _make("constant", _constant, value=value)
 
 
 def uniform(a: float = 0.0, b: float = 1.0) -> Initializer:
-    """``U(a, b)`` (``torch.nn.init.uniform_``)."""
-    if not a < b:
-        raise ValueError(f"uniform: a must be < b, got a={a!r}, b={b!r}")
+    """``U(a, b)`` (``torch.nn.init.uniform_``; ``a == b`` fills with ``a``)."""
+    _real("uniform", a=a, b=b)
+    if not a <= b:
+        raise ValueError(f"uniform: a must be <= b, got a={a!r}, b={b!r}")
     return _make("uniform", _uniform, a=a, b=b)
 
 
 def normal(mean: float = 0.0, std: float = 1.0) -> Initializer:
     """``N(mean, std**2)`` (``torch.nn.init.normal_``)."""
+    _real("normal", mean=mean, std=std)
     if not std >= 0:
         raise ValueError(f"normal: std must be >= 0, got {std!r}")
     return _make("normal", _normal, mean=mean, std=std)
@@ -187,6 +207,7 @@ def trunc_normal(
 ) -> Initializer:
     """``N(mean, std**2)`` redrawn outside ``[a, b]`` (absolute bounds, as
     ``torch.nn.init.trunc_normal_``)."""
+    _real("trunc_normal", mean=mean, std=std, a=a, b=b)
     if not std > 0:
         raise ValueError(f"trunc_normal: std must be > 0, got {std!r}")
     if not a < b:
@@ -222,12 +243,14 @@ def _check_mode(name: str, mode: str) -> None:
 def xavier_uniform(gain: float = 1.0) -> Initializer:
     """``U(-b, b)`` with ``b = gain * sqrt(6 / (fan_in + fan_out))``
     (``torch.nn.init.xavier_uniform_``)."""
+    _real("xavier_uniform", gain=gain)
     return _make("xavier_uniform", _xavier_uniform, gain=gain)
 
 
 def xavier_normal(gain: float = 1.0) -> Initializer:
     """``N(0, std**2)`` with ``std = gain * sqrt(2 / (fan_in + fan_out))``
     (``torch.nn.init.xavier_normal_``)."""
+    _real("xavier_normal", gain=gain)
     return _make("xavier_normal", _xavier_normal, gain=gain)
 
 
@@ -274,4 +297,5 @@ def lecun_normal() -> Initializer:
 def orthogonal(gain: float = 1.0) -> Initializer:
     """A (semi-)orthogonal matrix over ``[shape[0], prod(shape[1:])]`` scaled by ``gain``
     (``torch.nn.init.orthogonal_``)."""
+    _real("orthogonal", gain=gain)
     return _make("orthogonal", _orthogonal, gain=gain)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import purelayers as pl
+from purelayers import layers as L
 
 W = (128, 256)  # fan_in 256, fan_out 128
 
@@ -83,3 +84,50 @@ def test_keys_dtypes_and_equality():
     assert hash(pl.init.normal(std=0.02)) == hash(pl.init.normal(std=0.02))
     assert pl.init.normal(std=0.02) != pl.init.normal(std=0.03)
     assert repr(pl.init.normal(std=0.02)) == "normal(mean=0.0, std=0.02)"
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_width_weights_are_float32_draws_rounded_once(torch, dtype):
+    """torch fills a bfloat16 tensor from float32 draws; drawn in bfloat16 itself, a
+    normal takes about 128 distinct values and a truncated normal's bound of -2 at
+    std 0.02 (100 std) catches the samples the narrow type rounds past it. Ours: the
+    float32 draw with the same key, rounded once."""
+    key, shape = jax.random.key(3), (256, 512)
+    init = pl.init.trunc_normal(std=0.02)
+    w = init(key, shape, dtype)
+    assert w.dtype == dtype
+    np.testing.assert_array_equal(np.asarray(w), np.asarray(init(key, shape).astype(dtype)))
+    w32 = np.asarray(w, np.float32)
+    assert abs(float(w32.std()) - 0.02) < 5e-4 and float(np.abs(w32).max()) < 0.15
+    t = torch.empty(shape, dtype=getattr(torch, jnp.dtype(dtype).name))
+    torch.nn.init.normal_(t, std=0.02)
+    ours = np.asarray(pl.init.normal(std=0.02)(key, shape, dtype), np.float32)
+    # about as many distinct values as torch's (bfloat16 ~2.6k, float16 ~13k), not 128
+    assert len(np.unique(ours)) > 0.8 * len(np.unique(t.float().numpy()))
+    linear = pl.params.flatten(L.Linear(512).init(key, (2, 256), dtype))["weight"]
+    assert len(np.unique(np.asarray(linear, np.float32))) > 1000
+
+
+def test_orthogonal_in_float64_is_float64_accurate(torch):
+    with jax.enable_x64(True):
+        w = np.asarray(pl.init.orthogonal(gain=2.0)(jax.random.key(0), (6, 3, 2), jnp.float64))
+    assert w.dtype == np.float64
+    flat = w.reshape(6, 6)
+    np.testing.assert_allclose(flat @ flat.T, 4 * np.eye(6), atol=1e-13)
+
+
+def test_factory_arguments_are_checked_when_built():
+    """Every number a factory takes is checked when it is built (not at ``init``, as a
+    bare ``TypeError`` naming neither the layer nor the argument); ``uniform(a, a)``
+    fills with ``a``, as torch's ``uniform_``."""
+    for make, arg in (
+        (lambda: pl.init.xavier_uniform(gain="x"), "gain"),
+        (lambda: pl.init.xavier_normal(gain=None), "gain"),
+        (lambda: pl.init.constant("abc"), "value"),
+        (lambda: pl.init.normal(mean=float("nan")), "mean"),
+        (lambda: pl.init.orthogonal(gain=[1.0]), "gain"),
+    ):
+        with pytest.raises(ValueError, match=rf": {arg} must be a real number, got "):
+            make()
+    same = pl.init.uniform(1.5, 1.5)(jax.random.key(0), (3, 2))
+    np.testing.assert_array_equal(np.asarray(same), np.full((3, 2), 1.5, np.float32))
