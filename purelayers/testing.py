@@ -3,6 +3,7 @@ twin) and tree comparisons by checkpoint name."""
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -261,6 +262,7 @@ def assert_matches_torch(
     rtol: float = 1e-5,
     atol: float = 1e-5,
     grads: bool = True,
+    forward_mode: bool = True,
     seed: int = 0,
     **apply_kwargs: Any,
 ) -> Any:
@@ -278,10 +280,12 @@ def assert_matches_torch(
     - reverse mode: the gradients of ``sum(out * g)`` for a random cotangent ``g`` with
       respect to every floating-point input and every parameter, against torch's
       ``backward``, by dotted name;
-    - forward mode: for random tangents ``t`` of the same inputs and parameters, the
-      JVP must satisfy ``<g, J t> = <J^T g, t>`` against the reverse-mode gradients, to
-      1% of ``sum |g| |J t|`` (float32 round-off; a forward rule that is not the
-      transpose of the reverse one is off by far more).
+    - forward mode (unless ``forward_mode=False``): for random tangents ``t`` of the
+      same inputs and parameters, the JVP must satisfy ``<g, J t> = <J^T g, t>`` against
+      the reverse-mode gradients, to 1% of ``sum |g| |J t|`` (float32 round-off; a
+      forward rule that is not the transpose of the reverse one is off by far more). A
+      layer built on ``jax.custom_vjp`` has no forward mode: a ``TypeError`` says so,
+      and ``forward_mode=False`` checks it in reverse mode alone (as ``gradcheck`` does).
 
     The library never imports torch: it uses the ``torch`` that built ``module``.
 
@@ -303,6 +307,8 @@ def assert_matches_torch(
         train=True)``; batch statistics, no dropout unless given a key).
       rtol / atol: the tolerance, ``|ours - torch| <= atol + rtol * |torch|``.
       grads: also compare derivatives. Default ``True``.
+      forward_mode: also check forward mode against reverse mode. Default ``True``;
+        ``False`` for a layer built on ``jax.custom_vjp``.
       seed: seeds the cotangent and the tangents (a stream of their own: inputs drawn
         from ``np.random.default_rng(seed)`` are not reused as cotangents).
       apply_kwargs: passed to ``layer.apply``.
@@ -399,8 +405,8 @@ def assert_matches_torch(
         primals,
     )
 
-    @jax.jit
-    def run(primals, cs, tangents):
+    @functools.partial(jax.jit, static_argnums=3)
+    def run(primals, cs, tangents, forward_mode):
         if not grads:
             return fn(*primals), None, None
         # traced once: forward mode is the linearization, reverse mode its transpose (how
@@ -411,9 +417,20 @@ def assert_matches_torch(
             return [o for o, d in zip(forward(*ts), differentiable, strict=True) if d]
 
         picked = [c for c, d in zip(cs, differentiable, strict=True) if d]
-        return out, jax.linear_transpose(floating, *primals)(picked), forward(*tangents)
+        grads_ = jax.linear_transpose(floating, *primals)(picked)
+        return out, grads_, forward(*tangents) if forward_mode else None
 
-    j_out, j_grads, out_t = run(primals, cots, tangents)
+    try:
+        j_out, j_grads, out_t = run(primals, cots, tangents, forward_mode)
+    except TypeError as e:
+        if "custom_vjp" not in str(e):
+            raise
+        raise TypeError(
+            f"assert_matches_torch: {type(layer).__name__} has no forward-mode autodiff (a "
+            "jax.custom_vjp inside it: jax.jvp, jax.jacfwd and Hessian-vector products fail "
+            "on it); pass forward_mode=False to check its outputs and reverse-mode gradients "
+            "alone"
+        ) from e
     pairs = [
         (f"output {i}", j, t.detach().numpy())
         for i, (j, t) in enumerate(zip(j_out, t_out, strict=True))
@@ -444,18 +461,18 @@ def assert_matches_torch(
             jax.tree.leaves(tangents),
             [t.dtype != jax.dtypes.float0 for t in jax.tree.leaves(tangents)],
         )
-        outs = products(cots, out_t, differentiable)
-        forward = sum(float(np.sum(t)) for t in outs)
+        outs = products(cots, out_t, differentiable) if out_t is not None else None
+        forward = sum(float(np.sum(t)) for t in outs) if outs is not None else math.nan
         reverse = sum(float(np.sum(t)) for t in ins)
         scale = max(
             sum(float(np.sum(np.abs(t))) for t in ins),
-            sum(float(np.sum(np.abs(t))) for t in outs),
+            sum(float(np.sum(np.abs(t))) for t in outs or ()),
             1e-30,
         )
         # Both sides are float32 sums: in a saturated softmax, round-off reaches 0.1% of
         # the scale; a forward rule that is not the reverse one's transpose is off by O(1).
         one_nan = math.isnan(forward) != math.isnan(reverse)  # (NaN on both sides agrees)
-        if one_nan or abs(forward - reverse) > _FORWARD_RTOL * scale:
+        if outs is not None and (one_nan or abs(forward - reverse) > _FORWARD_RTOL * scale):
             forward_line = (
                 f"forward mode: <g, J t> = {forward:.8g} but reverse mode <J^T g, t> = "
                 f"{reverse:.8g} (|diff| {abs(forward - reverse):.3g} > {_FORWARD_RTOL:g} of "

@@ -232,6 +232,10 @@ def _torch_parity(case):
         return pl.testing.assert_matches_torch(L.Linear(4, bias=False), torch.nn.Linear(4, 4), x)
     if case == "outputs":
         return pl.testing.assert_matches_torch(L.Lambda(lambda x: (x, x)), torch.nn.Identity(), x)
+    if case == "custom-vjp":
+        tanh = jax.custom_vjp(jnp.tanh)
+        tanh.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (g / jnp.cosh(x) ** 2,))
+        return pl.testing.assert_matches_torch(L.Lambda(tanh), torch.nn.Tanh(), x)
     if case == "buffers":
         nested = torch.nn.Sequential(torch.nn.BatchNorm1d(4, affine=False))
         return pl.testing.assert_matches_torch(L.BatchNorm1d(affine=False), nested, x)
@@ -936,6 +940,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     # -- testing -------------------------------------------------------------------------
     ("torch-parity-module", lambda: _torch_parity("module"), TypeError,
      r"^assert_matches_torch: module must be a torch\.nn\.Module, got <function"),
+    ("torch-parity-custom-vjp", lambda: _torch_parity("custom-vjp"), TypeError,
+     r"^assert_matches_torch: Lambda has no forward-mode autodiff \(a jax\.custom_vjp inside it"),
     ("torch-parity-names", lambda: _torch_parity("names"), AssertionError,
      r"^assert_matches_torch: parameter names differ\n  ours  \['weight'\]\n  torch "
      r"\['weight', 'bias'\]$"),

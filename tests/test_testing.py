@@ -195,8 +195,18 @@ def test_assert_matches_torch_needs_forward_mode(torch):
     tanh.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (g * (1 - jnp.tanh(x) ** 2),))
     x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
     pl.testing.assert_matches_torch(L.Tanh(), torch.nn.Tanh(), x, grads=False)
-    with pytest.raises(TypeError, match="forward-mode autodiff"):
+    with pytest.raises(TypeError, match=r"Lambda has no forward-mode autodiff .* forward_mode="):
         pl.testing.assert_matches_torch(L.Lambda(tanh), torch.nn.Tanh(), x)
+    # forward_mode=False: outputs and reverse-mode gradients alone, which a wrong rule fails
+    pl.testing.assert_matches_torch(L.Lambda(tanh), torch.nn.Tanh(), x, forward_mode=False)
+
+    @jax.custom_vjp
+    def wrong(x):
+        return jnp.tanh(x)
+
+    wrong.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (g * (1 - jnp.tanh(x) ** 2) * 1.1,))
+    with pytest.raises(AssertionError, match=r"gradient of input 0"):
+        pl.testing.assert_matches_torch(L.Lambda(wrong), torch.nn.Tanh(), x, forward_mode=False)
 
 
 def test_assert_matches_torch_sees_nan(torch):
