@@ -153,6 +153,22 @@ def sync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` itself (no lock file left in it) for the
+    block: writers that commit several files into one folder run one at a time, each
+    reading what the previous one committed. A no-op where ``flock`` is missing."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
 def temporaries(targets: list[Path]) -> Iterator[list[Temporary]]:
     """One ``Temporary`` per target, all closed (folders removed) on the way out."""
     with contextlib.ExitStack() as stack:

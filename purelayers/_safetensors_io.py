@@ -172,32 +172,39 @@ def write_sharded(
     ``model-0000i-of-0000K.alt.safetensors``, and the save after that goes back to the
     plain names. Shards the new index does not name, a ``model.safetensors`` of the
     single-file layout, and the temporaries of killed saves of any shard are removed.
+    Sharded saves into one folder run one at a time (an ``flock`` on the folder), so
+    two processes saving it leave one complete checkpoint, the later one's.
     """
     folder.mkdir(parents=True, exist_ok=True)
     shards = split_shards(entries, max_bytes)
     plain = [f"model-{i + 1:05d}-of-{len(shards):05d}" for i in range(len(shards))]
-    names = [f"{n}.safetensors" for n in plain]
-    if _current_shards(folder) & set(names):
-        names = [f"{n}.alt.safetensors" for n in plain]
-    _atomic.remove_stale(folder / INDEX_NAME, SHARD_RE.pattern)
-    index = {
-        "metadata": {"total_size": sum(e.nbytes for e in entries)},
-        "weight_map": {e.name: n for n, shard in zip(names, shards, strict=True) for e in shard},
-    }
-    text = json.dumps(index, indent=2) + "\n"
-    with _atomic.temporaries([folder / n for n in [*names, INDEX_NAME]]) as tmps:
-        for tmp, shard in zip(tmps, shards, strict=False):
-            _serialize(tmp.file, shard, metadata)
-        tmps[-1].file.write_text(text, encoding="utf-8")
-        for tmp in tmps:
-            tmp.finish()
-        for tmp in tmps[:-1]:
-            tmp.commit()
+    # One sharded save at a time per folder: two would pick the same free names from
+    # the same index and overwrite each other's shards, leaving a mix of the two.
+    with _atomic.folder_lock(folder):
+        names = [f"{n}.safetensors" for n in plain]
+        if _current_shards(folder) & set(names):
+            names = [f"{n}.alt.safetensors" for n in plain]
+        _atomic.remove_stale(folder / INDEX_NAME, SHARD_RE.pattern)
+        index = {
+            "metadata": {"total_size": sum(e.nbytes for e in entries)},
+            "weight_map": {
+                e.name: n for n, shard in zip(names, shards, strict=True) for e in shard
+            },
+        }
+        text = json.dumps(index, indent=2) + "\n"
+        with _atomic.temporaries([folder / n for n in [*names, INDEX_NAME]]) as tmps:
+            for tmp, shard in zip(tmps, shards, strict=False):
+                _serialize(tmp.file, shard, metadata)
+            tmps[-1].file.write_text(text, encoding="utf-8")
+            for tmp in tmps:
+                tmp.finish()
+            for tmp in tmps[:-1]:
+                tmp.commit()
+            _atomic.sync_dir(folder)
+            tmps[-1].commit()  # the index: from here on the folder holds the new checkpoint
         _atomic.sync_dir(folder)
-        tmps[-1].commit()  # the index: from here on the folder holds the new checkpoint
-    _atomic.sync_dir(folder)
-    _remove_shards(folder, keep=names)
-    (folder / SINGLE_NAME).unlink(missing_ok=True)
+        _remove_shards(folder, keep=names)
+        (folder / SINGLE_NAME).unlink(missing_ok=True)
     return folder / INDEX_NAME
 
 

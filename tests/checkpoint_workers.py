@@ -123,3 +123,28 @@ def save_sharded_killed_after_renames(path: str, k: int, renames: int) -> None:
 
     os.replace = replace_then_die
     params.save(path, values(k), max_shard_bytes=1)
+
+
+def save_sharded_paused_after_first_rename(path: str, k: int, paused, go_on) -> None:
+    """Save checkpoint ``k`` into the folder ``path`` in shards, stopping right after its
+    first shard lands until ``go_on`` is set (a saver the OS preempts mid-save)."""
+    import os
+
+    from purelayers import params
+
+    replace = os.replace
+
+    def replace_then_wait(src, dst):
+        replace(src, dst)
+        if not paused.is_set():
+            paused.set()
+            go_on.wait(60)
+
+    os.replace = replace_then_wait
+    params.save(path, values(k), max_shard_bytes=1)
+
+
+def save_sharded(path: str, k: int) -> None:
+    from purelayers import params
+
+    params.save(path, values(k), max_shard_bytes=1)

@@ -245,6 +245,32 @@ def test_two_processes_saving_one_path_leave_one_of_their_checkpoints(tmp_path, 
     assert _temporaries(target) == []
 
 
+def test_two_processes_saving_one_sharded_folder_leave_one_of_their_checkpoints(tmp_path, ctx):
+    """A sharded saver preempted right after its first shard lands, and a second saver
+    of the same folder meanwhile: the second waits for the first (a lock on the folder)
+    instead of picking the same free shard names and overwriting some of its shards,
+    so the folder holds one complete checkpoint, the later one's."""
+    folder = tmp_path / "ck"
+    pl.params.save(folder, workers.values(1), max_shard_bytes=1)
+    paused, go_on = ctx.Event(), ctx.Event()
+    first = ctx.Process(
+        target=workers.save_sharded_paused_after_first_rename,
+        args=(str(folder), 2, paused, go_on),
+    )
+    first.start()
+    assert paused.wait(60)
+    second = ctx.Process(target=workers.save_sharded, args=(str(folder), 3))
+    second.start()
+    second.join(2)
+    assert second.is_alive()  # waiting for the first saver's lock
+    go_on.set()
+    for c in (first, second):
+        c.join(120)
+        assert c.exitcode == 0
+    assert workers.which(pl.params.load(folder)) == 3
+    assert [n for n in os.listdir(folder) if n.startswith(".")] == []  # no temporaries
+
+
 # -- file modes -----------------------------------------------------------------------
 
 
