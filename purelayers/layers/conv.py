@@ -186,8 +186,9 @@ def _pad_input(layer: str, x: jax.Array, pads: Pads, mode: str) -> jax.Array:
     """Pads the spatial axes as ``torch.nn.functional.pad(x, ..., mode)`` does."""
     for axis, (lo, hi) in enumerate(pads, start=2):
         size, widest = x.shape[axis], max(lo, hi)
+        # torch: reflect needs padding < size, circular <= size (one wrap); replicate any
         too_wide = widest >= size if mode == "reflect" else widest > size
-        if too_wide:
+        if too_wide and mode != "replicate":
             rule = "smaller than" if mode == "reflect" else "at most"
             raise LayerError(
                 layer,

@@ -100,6 +100,12 @@ CONV_CASES = [
     ),
     (Conv3d(4, 3, groups=2, padding="same"), (1, 4, 4, 4, 4)),
     (Conv3d(3, 2, groups=3, padding=1, padding_mode="replicate"), (1, 3, 3, 4, 3)),
+    # replicate padding wider than the input, which torch (unlike reflect and circular) takes
+    (Conv1d(2, 3, padding=3, padding_mode="replicate"), (1, 1, 2)),
+    (
+        Conv2d(4, 2, stride=2, padding=2, dilation=2, groups=4, padding_mode="replicate"),
+        (2, 4, 1, 5),
+    ),
 ]
 
 
