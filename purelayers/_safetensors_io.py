@@ -337,7 +337,15 @@ class Tensor(NamedTuple):
         if out is None:
             out = owned(shape, dtype)
         if out.size:
-            with open(self.file, "rb") as f:
+            try:
+                f = open(self.file, "rb")  # noqa: SIM115 (closed by the with below)
+            except FileNotFoundError:  # a shard a new save's index no longer names
+                raise CheckpointError(
+                    self.file,
+                    "is gone since the checkpoint's header was read (replaced by a save?); "
+                    "load it again",
+                ) from None
+            with f:
                 if self.identity and _identity(os.fstat(f.fileno())) != self.identity:
                     raise CheckpointError(
                         self.file,

@@ -271,6 +271,28 @@ def test_two_processes_saving_one_sharded_folder_leave_one_of_their_checkpoints(
     assert [n for n in os.listdir(folder) if n.startswith(".")] == []  # no temporaries
 
 
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_save_landing_while_a_reader_loads_is_named(tmp_path, monkeypatch, sharded):
+    """A reader that read the header (or index) before a new save landed: the file it
+    reads is another one, or a shard is gone; either way a ``CheckpointError`` saying to
+    load again (before: a bare ``FileNotFoundError`` for a gone shard), never a mix."""
+    path = tmp_path / ("ck" if sharded else "ck.safetensors")
+    size = {"max_shard_bytes": 1} if sharded else {}
+    pl.params.save(path, workers.values(1), **size)
+    scan = pl._safetensors_io.scan
+
+    def scan_then_save(p):
+        found = scan(p)
+        pl.params.save(path, workers.values(2), **size)  # lands between header and data
+        return found
+
+    monkeypatch.setattr(pl._safetensors_io, "scan", scan_then_save)
+    with pytest.raises(pl.params.CheckpointError, match=r"load it again"):
+        pl.params.load(path)
+    monkeypatch.undo()
+    assert workers.which(pl.params.load(path)) == 2
+
+
 # -- file modes -----------------------------------------------------------------------
 
 
