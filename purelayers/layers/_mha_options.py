@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.layers._checks import need_key, promote_float
-from purelayers.layers.attention import AttentionCore, _to4, causal_mask
+from purelayers.layers._sdpa import _to4, causal_mask
+from purelayers.layers.attention import AttentionCore
 from purelayers.layers.core import Params
 from purelayers.layers.dropout import dropout as _dropout
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from purelayers import params as P
 from purelayers.layers import Lambda, MultiHeadAttention, causal_mask, rotary_embedding
 from purelayers.layers import scaled_dot_product_attention as sdpa
-from purelayers.layers.attention import _attend_explicit
+from purelayers.layers._sdpa import _attend_explicit
 from purelayers.testing import assert_matches_torch, gradcheck
 
 RTOL = ATOL = 1e-5
@@ -188,7 +188,7 @@ def test_causal_halves_equal_one_block(t, kv_heads):
     values and gradients as one block of scores with the causal mask, for an even and an
     odd length and with grouped-query heads (float64, to the last bits of the softmax
     sums' order)."""
-    from purelayers.layers.attention import _CAUSAL_HALVES_MIN, _attend_cpu
+    from purelayers.layers._sdpa import _CAUSAL_HALVES_MIN, _attend_cpu
 
     assert t >= _CAUSAL_HALVES_MIN
     rng = np.random.default_rng(5)
