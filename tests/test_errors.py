@@ -76,7 +76,7 @@ TESTED_ELSEWHERE = {
 
 # Sites no public call can reach, by (file, function): internal invariants.
 UNREACHABLE: dict[tuple[str, str], str] = {
-    ("layers/core.py", "_check_call"): "re-raises the misfit layers/_fit.py raised (the "
+    ("layers/_checked.py", "_check_call"): "re-raises the misfit layers/_fit.py raised (the "
     "traceback starts there) once the layer's own checks had their say",
     ("models/_causal.py", "CausalLM.build"): "abstract: every model class overrides it",
     ("models/_causal.py", "CausalLM.hidden_size"): "abstract: every model class overrides it",

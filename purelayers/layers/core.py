@@ -9,7 +9,6 @@ params are nested dicts whose dotted names are PyTorch ``state_dict`` keys.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -18,17 +17,21 @@ import jax.numpy as jnp
 
 from purelayers._tree import Stacked
 from purelayers.layers._capture import active, paused, run_child
+from purelayers.layers._checked import (
+    _checking,
+    _checking_shape,
+    _checking_state_shape,
+    unchecked,
+)
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
     check_int,
-    check_shape,
     input_dtype,
     missing_params,
     need_dtype,
 )
 from purelayers.layers._field_checks import check_fields, checking_fields
-from purelayers.layers._fit import check_fit, remember, takes_two
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
@@ -271,99 +274,6 @@ def _a_missing_buffer(child: Layer, key: Any, state: Any, x: Any) -> bool:
     except Exception:  # no expected state for this input: not a buffer
         return False
     return isinstance(expected, Mapping) and key in expected
-
-
-def _checking(raw: Callable[..., Any]) -> Callable[..., Any]:
-    """``raw`` (a class's own ``apply``) preceded by the params (and state) check."""
-
-    @functools.wraps(raw)
-    def apply(self: Layer, params: Any, *args: Any, **kwargs: Any) -> Any:
-        # only the most derived apply checks (not a super().apply call), and only when
-        # given an input (positionally, as every layer takes it)
-        if args and getattr(type(self).apply, "unchecked", None) is raw:
-            need_dtype(type(self).__name__, args[0], self.accepts)
-            _check_call(self, raw, params, args, kwargs)
-        return raw(self, params, *args, **kwargs)
-
-    apply.unchecked = raw  # type: ignore[attr-defined]
-    return apply
-
-
-def _check_call(layer: Layer, raw: Callable[..., Any], params: Any, args: tuple, kwargs: dict):
-    x, state = args[0], kwargs.get("state")
-    if takes_two(layer):
-        if len(args) < 2:
-            return  # the layer's own apply names the missing input
-        x = args[:2]
-    try:
-        check_fit(layer, params, x, "params")
-        if state is not None:
-            check_fit(layer, state, x, "state")
-    except LayerError as mismatch:
-        # Where the layer's own checks refuse this call (an input of the wrong width for
-        # these params, say), theirs is the message, and the misfit entry is named under it.
-        try:
-            with paused():
-                jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
-        except LayerError as own:
-            if mismatch.what.endswith(" dtype") and " entry " not in own.what:
-                # an entry of another kind is wrong whatever the input (the error it
-                # causes downstream, an integer activation, say, is only its symptom)
-                raise mismatch from None
-            if mismatch.what.endswith(" shape") and str(mismatch).splitlines()[0] not in str(own):
-                misfit = f"the params do not fit this input either: {str(mismatch).splitlines()[0]}"
-                own.hint = f"{own.hint}\n  {misfit}" if own.hint else misfit
-                own.args = (own._message(),)
-            raise
-        except Exception:  # the mismatch is the error to report
-            pass
-        raise mismatch from None
-
-
-def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
-    """``raw`` (a class's own ``init``) after checking ``shape`` names this layer.
-
-    A layer written outside the library gets ``shape`` as a tuple of ints even when it
-    is given an example array or a ``jax.ShapeDtypeStruct`` (as containers pass their
-    children), so ``shape[-1]`` is the input width however the layer is reached."""
-    users = not raw.__module__.startswith("purelayers.")
-
-    @functools.wraps(raw)
-    def init(self: Layer, key: Any, shape: Any, *args: Any, **kwargs: Any) -> Any:
-        check_shape(type(self).__name__, shape)
-        if users and hasattr(shape, "shape") and hasattr(shape, "dtype"):
-            shape = as_shape(shape)
-        params = raw(self, key, shape, *args, **kwargs)
-        most_derived = getattr(type(self).init, "unchecked", None) is raw
-        if most_derived and len(args) <= 1 and kwargs.keys() <= {"dtype"}:
-            remember(self, as_shape(shape), params)
-        return params
-
-    init.unchecked = raw  # type: ignore[attr-defined]
-    return init
-
-
-def _checking_state_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
-    """``raw`` (a class's own ``init_state``) after checking ``shape``, an error naming
-    this layer's ``init_state``."""
-
-    @functools.wraps(raw)
-    def init_state(self: Layer, shape: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            check_shape(type(self).__name__, shape)
-        except ValueError as e:
-            raise ValueError(str(e).replace(".init: ", ".init_state: ", 1)) from None
-        return raw(self, shape, *args, **kwargs)
-
-    init_state.unchecked = raw  # type: ignore[attr-defined]
-    return init_state
-
-
-def unchecked(layer: Layer) -> Callable[..., Any]:
-    """``layer.apply`` without the params check (for trees already checked)."""
-    fn = type(layer).apply
-    raw = getattr(fn, "unchecked", None)
-    return fn.__get__(layer) if raw is None else functools.partial(raw, layer)
 
 
 def _spec(shape: Any, dtype: Any) -> jax.ShapeDtypeStruct:
