@@ -21,7 +21,7 @@ import numpy as np
 
 from purelayers._tree import Stacked
 from purelayers.layers._capture import paused
-from purelayers.layers._checks import LayerError
+from purelayers.layers._checks import _KINDS, LayerError, dtype_kind
 
 __all__ = ["check_fit", "expected_tree"]
 
@@ -318,26 +318,19 @@ class _Walk:
                 path=path,
                 root=self.root if path else None,
             )
-        kind = _kind(expected.dtype)
-        if _kind(given.dtype) != kind:
+        kind = dtype_kind(expected.dtype)
+        if dtype_kind(given.dtype) != kind:
             raise LayerError(
                 type(layer).__name__,
                 f"{self.what} entry {name!r} dtype",
-                f"{kind} (as {self._maker()} builds it)",
+                f"{'an integer dtype' if kind == 'integer' else _KINDS[kind]} (as "
+                f"{self._maker()} builds it)",
                 jnp.dtype(given.dtype).name,
                 "as torch, which refuses a parameter or buffer of another kind; cast the "
                 "tree (pl.params.load_state_dict casts to its template's dtypes)",
                 path=path,
                 root=self.root if path else None,
             )
-
-
-def _kind(dtype: Any) -> str:
-    if jnp.issubdtype(dtype, jnp.floating):
-        return "floating point"
-    if jnp.issubdtype(dtype, jnp.integer):
-        return "an integer dtype"
-    return jnp.dtype(dtype).name
 
 
 def check_fit(layer: Any, tree: Any, x: Any, what: str = "params") -> bool:
