@@ -389,6 +389,13 @@ def assert_matches_torch(
         raise AssertionError(
             f"assert_matches_torch: {len(out_specs)} outputs, torch's {len(t_out)}"
         )
+    misfit = [
+        f"output {i}: shape {tuple(o.shape)}, torch's {tuple(t.shape)}"
+        for i, (o, t) in enumerate(zip(out_specs, t_out, strict=True))
+        if tuple(o.shape) != tuple(t.shape)
+    ]
+    if misfit:  # before any cotangent of torch's shape meets an output of another
+        raise AssertionError("assert_matches_torch: " + "; ".join(misfit))
     # integer outputs (indices) are compared, not differentiated
     differentiable = [jnp.issubdtype(o.dtype, jnp.floating) for o in out_specs]
     cots = [

@@ -180,6 +180,26 @@ def test_assert_matches_torch_names_the_worst_wrong_leaf(torch):
         pl.testing.assert_matches_torch(L.Linear(4), lambda x: x, x)
 
 
+def test_assert_matches_torch_names_an_output_of_another_shape(torch):
+    """An output of another shape than torch's (here transposed, ``(2, 3)`` for torch's
+    ``(3, 2)``) is an ``AssertionError`` naming both shapes, with or without gradients
+    (before the shape check, the gradient pass failed first with JAX's ``TypeError``
+    about a cotangent of torch's shape)."""
+    import numpy as np
+
+    from purelayers import layers as L
+
+    module = _randomized(torch, torch.nn.Linear(4, 2))
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    layer = L.Linear(2)
+    pl.testing.assert_matches_torch(layer, module, x)
+    for grads in (True, False):
+        with pytest.raises(AssertionError, match=r"output 0: shape \(2, 3\), torch's \(3, 2\)"):
+            pl.testing.assert_matches_torch(
+                layer, module, x, apply=lambda p, x: layer.apply(p, x).T, grads=grads
+            )
+
+
 def test_assert_matches_torch_needs_forward_mode(torch):
     """The JVP half of the check: a layer whose derivative is a ``custom_vjp`` is right
     in reverse mode (torch agrees) but has no forward mode (``jax.jvp``, ``jacfwd`` and
