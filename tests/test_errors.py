@@ -232,6 +232,8 @@ def _torch_parity(case):
         return pl.testing.assert_matches_torch(L.Linear(4, bias=False), torch.nn.Linear(4, 4), x)
     if case == "outputs":
         return pl.testing.assert_matches_torch(L.Lambda(lambda x: (x, x)), torch.nn.Identity(), x)
+    if case == "shapes":
+        return pl.testing.assert_matches_torch(L.Lambda(lambda x: x.T), torch.nn.Identity(), x)
     if case == "custom-vjp":
         tanh = jax.custom_vjp(jnp.tanh)
         tanh.defvjp(lambda x: (jnp.tanh(x), x), lambda x, g: (g / jnp.cosh(x) ** 2,))
@@ -950,6 +952,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"'num_batches_tracked'\]\n  torch \['0\.running_mean'"),
     ("torch-parity-outputs", lambda: _torch_parity("outputs"), AssertionError,
      r"^assert_matches_torch: 2 outputs, torch's 1$"),
+    ("torch-parity-shapes", lambda: _torch_parity("shapes"), AssertionError,
+     r"^assert_matches_torch: output 0: shape \(4, 2\), torch's \(2, 4\)$"),
     ("torch-parity-values", lambda: _torch_parity("values"), AssertionError,
      r"^assert_matches_torch: Linear differs from Linear \(rtol=1e-05, atol=1e-05\):\n  "
      r"output 0: max \|diff\|"),
