@@ -157,14 +157,22 @@ def test_a_jitted_function_is_refused_not_captured_empty():
     """A capture around an already-jitted function cannot see its sublayers (they run in
     the function's own trace, and a second call comes back from the compilation cache
     without tracing): ``fn`` jitted is refused, and values recorded inside a jitted
-    callee (dead tracers) are an error, where the other order, ``jit(capture(...))``,
-    works."""
+    callee (dead tracers) are an error on every call, even when the callee was compiled
+    before (it is traced again under the capture), where the other order,
+    ``jit(capture(...))``, works."""
     model = _model()
     params = model.init(KEY, (2, 5))
     x = jax.random.normal(jax.random.key(1), (2, 5))
     jitted = jax.jit(model.apply)
     with pytest.raises(ValueError, match=r"^capture: fn is already jitted .*jax\.jit\(pl\.capture"):
         pl.capture(jitted, "head")
+    inside = pl.capture(lambda p, v: jitted(p, v), "head")
+    for _ in range(2):  # the second call too, though the callee's trace is cached by then
+        with pytest.raises(
+            ValueError, match=r"^capture: the values of \['head'\] were recorded inside"
+        ):
+            inside(params, x)
+    jitted(params, x)  # a callee compiled before the capture was made
     with pytest.raises(
         ValueError, match=r"^capture: the values of \['head'\] were recorded inside"
     ):
