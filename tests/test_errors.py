@@ -350,6 +350,9 @@ def _lm_apply(model, ids, **kwargs):
     )
 
 
+_SAMPLE = {"do_sample": True, "key": KEY}  # greedy decoding ignores the sampling settings
+
+
 def _generate(**kwargs):
     from purelayers import models as M
 
@@ -1094,7 +1097,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^LlamaConfig: pad_token_id must be None or an int in \[-vocab_size, vocab_size\) = \[-10, 10\) \(the embedding's padding row"),
     ("causal-generation-config", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaForCausalLM(
         __import__("purelayers.models", fromlist=["x"]).LlamaConfig(), generation_config=[2]), ValueError,
-     r"^LlamaForCausalLM: generation_config must be a dict of token ids, got list$"),
+     r"^LlamaForCausalLM: generation_config must be a dict \(a generation_config\.json's contents\), got list$"),
     ("llama-config-act", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(hidden_act="gelu"), ValueError,
      r"^LlamaConfig: hidden_act must be 'silu', got 'gelu'$"),
     ("llama-config-kv", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(num_key_value_heads=5), ValueError,
@@ -1120,10 +1123,12 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^generate: max_new_tokens must be a positive int, got 0$"),
     ("generate-needs-key", lambda: _generate(do_sample=True), ValueError,
      r"^generate: do_sample=True needs key= \(a jax\.random key\)$"),
-    ("generate-temperature", lambda: _generate(temperature=0.0), ValueError,
+    ("generate-temperature", lambda: _generate(temperature=0.0, **_SAMPLE), ValueError,
      r"^generate: temperature must be > 0, got 0\.0$"),
-    ("generate-top-k", lambda: _generate(top_k=-1), ValueError, r"^generate: top_k must be an int >= 0 \(0: off\) or None, got -1$"),
-    ("generate-top-p", lambda: _generate(top_p=1.5), ValueError, r"^generate: top_p must be in \(0, 1\], got 1\.5$"),
+    ("generate-temperature-type", lambda: _generate(temperature="hot", **_SAMPLE), ValueError,
+     r"^generate: temperature must be a number > 0, got 'hot'$"),
+    ("generate-top-k", lambda: _generate(top_k=-1, **_SAMPLE), ValueError, r"^generate: top_k must be an int >= 0 \(0: off\) or None, got -1$"),
+    ("generate-top-p", lambda: _generate(top_p=1.5, **_SAMPLE), ValueError, r"^generate: top_p must be in \(0, 1\], got 1\.5$"),
     ("generate-mask-shape", lambda: _generate(attention_mask=np.ones((1, 4))), ValueError,
      r"^generate: attention_mask must be shaped like input_ids \(1, 3\), got \(1, 4\)$"),
     ("from-pretrained-no-config", lambda: _from_pretrained(_folder()), FileNotFoundError,

@@ -111,12 +111,14 @@ class CausalLM(Layer):
     key=None, train=False)`` returns logits ``(batch, seq, vocab)``, and
     ``(logits, cache)`` with a cache from ``init_cache((batch, max_len))``.
 
-    ``generation_config`` (keyword only): the token ids ``generate`` stops and pads
-    with over the config's (``{"eos_token_id": [..], "pad_token_id": ..}``), as
-    transformers' ``model.generation_config``; ``from_pretrained`` reads them from
-    ``generation_config.json`` and ``save_pretrained`` writes them there. The config
-    itself stays ``config.json``'s: its ``pad_token_id`` is the Llama family's embedding
-    padding row, as transformers builds it.
+    ``generation_config`` (keyword only): a ``generation_config.json``'s contents
+    (``{"eos_token_id": [..], "pad_token_id": .., "temperature": ..}``), transformers'
+    ``model.generation_config``: where given, its ``eos_token_id`` and
+    ``pad_token_id`` are what ``generate`` stops and pads with, in place of the
+    config's (an id it lacks is unset, as in transformers); ``from_pretrained`` reads it
+    from the folder and ``save_pretrained`` writes it back as it was. The config itself
+    stays ``config.json``'s: its ``pad_token_id`` is the Llama family's embedding padding
+    row, as transformers builds it.
     """
 
     config: Any
@@ -136,7 +138,8 @@ class CausalLM(Layer):
         if ids is not None and not isinstance(ids, Frozen):
             if not isinstance(ids, Mapping):
                 raise ConfigTypeError(
-                    f"{type(self).__name__}: generation_config must be a dict of token ids, "
+                    f"{type(self).__name__}: generation_config must be a dict (a "
+                    "generation_config.json's contents), "
                     f"got {type(ids).__name__}"
                 )
             object.__setattr__(self, "generation_config", _frozen(dict(ids)))

@@ -19,7 +19,7 @@ import numpy as np
 from purelayers import _atomic
 from purelayers import _safetensors_io as _io
 from purelayers import params as _params
-from purelayers.models._config import _frozen
+from purelayers.models._config import _thawed
 
 __all__ = ["MODEL_TYPES", "from_pretrained", "save_pretrained"]
 
@@ -60,23 +60,17 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return _read_object(file)
 
 
-def _generation_ids(folder: Path, cls: Any) -> dict[str, Any]:
-    """The token ids of the folder's ``generation_config.json`` (``eos_token_id``,
-    ``pad_token_id``, ``bos_token_id``) that the model's config has fields for, for a
-    model that generates: they are what transformers' ``generate`` stops and pads with
-    (an instruction-tuned model's end-of-turn id is often listed there alone). None
-    without the file."""
+def _generation_config(folder: Path, cls: Any) -> dict[str, Any] | None:
+    """The folder's ``generation_config.json`` as read, for a model that generates, as
+    transformers' ``GenerationConfig.from_pretrained`` reads it into
+    ``model.generation_config``: its ``eos_token_id`` and ``pad_token_id`` (an
+    instruction-tuned model's end-of-turn id is often listed there alone) are what
+    ``generate`` stops and pads with, in place of the config's. None without the file."""
     file = folder / "generation_config.json"
     names = {f.name for f in dataclasses.fields(cls)}
     if not file.is_file() or "generation_config" not in names:
-        return {}
-    found = _read_object(file)
-    fields = {f.name for f in dataclasses.fields(cls.config_class)}
-    return {
-        k: found[k]
-        for k in ("eos_token_id", "pad_token_id", "bos_token_id")
-        if k in fields and found.get(k) is not None
-    }
+        return None
+    return _read_object(file)
 
 
 def _adapt_names(
@@ -119,11 +113,11 @@ def from_pretrained(
     dropped as the model's names need, and names outside the model (another head's)
     are left out, as transformers does. The params come back in the model's
     registration order, torch's ``state_dict()`` order. A ``generation_config.json``
-    beside them gives the token ids ``generate`` stops and pads with (its
-    ``eos_token_id``, ``pad_token_id``, ``bos_token_id`` where they differ from the
-    config's, kept apart as the model's ``generation_config``; the config stays
-    ``config.json``'s), as it does transformers'; a config that cannot be read is a
-    ``ValueError`` naming the file.
+    beside them becomes the model's ``generation_config`` as read (transformers'
+    ``model.generation_config``): its ``eos_token_id`` and ``pad_token_id`` are what
+    ``generate`` stops and pads with, in place of ``config.json``'s, as transformers'
+    ``generate`` does (the config stays ``config.json``'s). A config that cannot be read
+    is a ``ValueError`` naming the file.
 
     Args:
       path: the folder.
@@ -145,10 +139,9 @@ def from_pretrained(
             f"supported: {', '.join(MODEL_TYPES)}"
         )
     cls = types[model_type]
-    generation = _generation_ids(folder, cls)
+    generation = _generation_config(folder, cls)
     try:
         settings = cls.config_class.from_dict(config)
-        generation = {k: v for k, v in generation.items() if _frozen(v) != getattr(settings, k)}
         model = cls(settings, generation_config=generation) if generation else cls(settings)
     except KeyError as e:  # an entry a setting needs (a rope type's factor, ...)
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
@@ -252,8 +245,8 @@ def save_pretrained(
     ``max_shard_size`` bytes, ``model-0000i-of-0000K.safetensors`` shards and
     ``model.safetensors.index.json``. Tied weights are written once, under the
     original's name, as transformers writes them. A causal LM's ``generation_config``
-    (the token ids ``from_pretrained`` read from one) is written back as
-    ``generation_config.json``. Returns the folder.
+    (the ``generation_config.json`` ``from_pretrained`` read, sampling defaults and all)
+    is written back as it was. Returns the folder.
     """
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -278,9 +271,9 @@ def save_pretrained(
     else:
         _params.save(folder / _io.SINGLE_NAME, params, model=model)
     files = {"config.json": text}
-    if getattr(model, "generation_config", None):
-        ids = dict(model.generation_config)
-        files["generation_config.json"] = json.dumps(ids, indent=2, sort_keys=True) + "\n"
+    if getattr(model, "generation_config", None) is not None:
+        generation = _thawed(model.generation_config)
+        files["generation_config.json"] = json.dumps(generation, indent=2, sort_keys=True) + "\n"
     for name, content in files.items():
         with _atomic.Temporary(folder / name) as tmp:
             tmp.file.write_text(content, encoding="utf-8")

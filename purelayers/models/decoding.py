@@ -131,8 +131,48 @@ def _ids(value: Any) -> list[int]:
     return [int(v) for v in np.ravel(np.asarray(value))]  # an int, a list or an array
 
 
-def _config_ids(config: Any) -> dict[str, Any]:
-    return {k: getattr(config, k, None) for k in ("eos_token_id", "pad_token_id")}
+def _default_ids(model: Any) -> dict[str, Any]:
+    """The eos and pad ids ``generate`` uses unless given: the model's
+    ``generation_config``'s where it has one (an id it lacks is unset), else the
+    config's, as transformers' ``model.generation_config``."""
+    generation = getattr(model, "generation_config", None)
+    names = ("eos_token_id", "pad_token_id")
+    if generation is not None:
+        return {k: generation.get(k) for k in names}
+    return {k: getattr(model.config, k, None) for k in names}
+
+
+class _FromModel:
+    """The default of ``generate``'s ``eos_token_id``/``pad_token_id``: the model's. An
+    explicit ``None`` means none, as a keyword given to transformers' ``generate``."""
+
+    def __repr__(self) -> str:
+        return "<the model's>"
+
+
+_FROM_MODEL: Any = _FromModel()
+
+
+def _sampling(temperature: Any, top_k: Any, top_p: Any) -> tuple[float, int | None, float | None]:
+    """``do_sample``'s settings checked, as transformers' warpers take them: ``None``
+    is the default (temperature 1, every token, no nucleus); ``top_k=0`` keeps every
+    token."""
+    temperature = 1.0 if temperature is None else temperature
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.number)):
+        raise ValueError(f"generate: temperature must be a number > 0, got {temperature!r}")
+    if not temperature > 0:  # NaN too
+        raise ValueError(f"generate: temperature must be > 0, got {temperature}")
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0
+    ):
+        raise ValueError(f"generate: top_k must be an int >= 0 (0: off) or None, got {top_k!r}")
+    if top_p is not None and (
+        isinstance(top_p, bool)
+        or not isinstance(top_p, (int, float, np.number))
+        or not 0.0 < top_p <= 1.0
+    ):
+        raise ValueError(f"generate: top_p must be in (0, 1], got {top_p!r}")
+    return float(temperature), int(top_k) if top_k else None, top_p
 
 
 def generate(
@@ -147,8 +187,8 @@ def generate(
     top_k: int | None = 50,
     top_p: float | None = None,
     key: jax.Array | None = None,
-    eos_token_id: int | Sequence[int] | None = None,
-    pad_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = _FROM_MODEL,
+    pad_token_id: int | None = _FROM_MODEL,
     streamer: Any = None,
     unroll_blocks: bool = True,
 ) -> jax.Array:
@@ -157,14 +197,16 @@ def generate(
     Returns ``(batch, prompt + n)`` ids, ``n <= max_new_tokens``: greedy by default,
     sampled with ``do_sample=True`` (``temperature``, ``top_k``, ``top_p``, with
     transformers' defaults: 1.0, the 50 likeliest tokens, no nucleus; ``top_k=0`` or
-    ``None`` keeps every token; ``key`` is required, and step ``i`` draws with
-    ``fold_in(key, i)``). ``attention_mask`` (1 =
-    token, 0 = padding) marks a left-padded batch: each row gets the positions and the
-    tokens it would get alone. A row that emits ``eos_token_id`` (default: the
-    model's ``generation_config``'s, else the config's; an int or a list) is finished:
-    its later tokens are ``pad_token_id`` (default: likewise, else the first eos id),
-    and decoding stops once every row has finished, so the result may be shorter, as
-    transformers' ``generate``. Prompt ids must lie in ``[0, vocab_size)``, padding
+    ``None`` keeps every token; ``temperature=None`` is 1.0; ``key`` is required, and
+    step ``i`` draws with ``fold_in(key, i)``); greedy decoding ignores those three, as
+    transformers' does. ``attention_mask`` (1 = token, 0 = padding) marks a
+    left-padded batch: each row gets the positions and the tokens it would get alone. A
+    row that emits ``eos_token_id`` (default: the model's ``generation_config``'s where
+    it has one, else the config's; an int or a list; ``None`` or ``[]``: none) is
+    finished: its later tokens are ``pad_token_id`` (default: likewise; ``None``: the
+    first eos id), and decoding stops once every row has finished, so the result may be
+    shorter, as transformers' ``generate`` (where a keyword given as ``None`` also
+    overrides the model's). Prompt ids must lie in ``[0, vocab_size)``, padding
     included (``ValueError``).
 
     ``unroll_blocks``: the decode step runs a ``Repeat``'s blocks from per-block copies
@@ -188,15 +230,7 @@ def generate(
     max_new_tokens = int(max_new_tokens)
     if do_sample and key is None:
         raise ValueError("generate: do_sample=True needs key= (a jax.random key)")
-    if temperature <= 0:
-        raise ValueError(f"generate: temperature must be > 0, got {temperature}")
-    if top_k is not None and (
-        isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0
-    ):
-        raise ValueError(f"generate: top_k must be an int >= 0 (0: off) or None, got {top_k!r}")
-    top_k = int(top_k) if top_k else None  # 0 keeps every token, as transformers' top_k=0
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"generate: top_p must be in (0, 1], got {top_p}")
+    sampling = _sampling(temperature, top_k, top_p) if do_sample else (1.0, None, None)
     if not callable(getattr(model, "init_cache", None)):
         raise ValueError(
             f"generate: model must be a causal LM (GPT-2, Llama, Mistral, Qwen2: a model "
@@ -210,9 +244,9 @@ def generate(
             f"generate: input_ids must be token ids in [0, vocab_size={vocab}), got {int(bad)} "
             "(padding positions too are looked up: pad them with a real id)"
         )
-    ids_of = {**_config_ids(config), **(getattr(model, "generation_config", None) or {})}
-    eos = _ids(ids_of.get("eos_token_id") if eos_token_id is None else eos_token_id)
-    pad = pad_token_id if pad_token_id is not None else ids_of.get("pad_token_id")
+    defaults = _default_ids(model)
+    eos = _ids(defaults["eos_token_id"] if eos_token_id is _FROM_MODEL else eos_token_id)
+    pad = defaults["pad_token_id"] if pad_token_id is _FROM_MODEL else pad_token_id
     if pad is None and eos:
         pad = eos[0]
     b, prompt = ids.shape
@@ -231,7 +265,6 @@ def generate(
     cache = model.init_cache(
         (b, max_len), dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
     )
-    sampling = (temperature, top_k, top_p) if do_sample else (1.0, None, None)
     rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None)
     finished = jnp.zeros((b,), bool)
     token, finished, cache = _prefill(model, rule, params, ids, slot_mask, cache, key, finished)

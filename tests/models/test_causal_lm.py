@@ -4,6 +4,7 @@ folders both ways. Every parameter of the reference is randomized."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -267,6 +268,106 @@ def test_generation_config_ids_stop_generate_as_transformers(torch, transformers
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
+def test_a_generation_config_replaces_the_config_ids_and_saves_back_whole(
+    torch, transformers, tmp_path
+):
+    """transformers takes ``generation_config.json`` whole as ``model.generation_config``:
+    an id the file lacks is unset there (no fallback to ``config.json``), so with no pad
+    id a finished row pads with the first eos id, not with ``config.json``'s pad id 0.
+    ``save_pretrained`` writes the file back as it was (sampling defaults and the ids
+    equal to the config's included), so transformers' generate on our folder is its
+    generate on the original."""
+    hf = _reference(torch, transformers, "llama", pad_token_id=0, bos_token_id=1)
+    ids, mask = _batch()
+    greedy = hf.generate(
+        torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=6, do_sample=False
+    ).numpy()
+    eos = int(greedy[0, 11])  # the first row's third token: that row finishes and pads
+    hf.save_pretrained(tmp_path / "hf")
+    written = {
+        "bos_token_id": 1,
+        "eos_token_id": [eos, VOCAB - 1],
+        "do_sample": True,
+        "temperature": 0.6,
+        "top_p": 0.9,
+        "max_length": 64,
+    }
+    (tmp_path / "hf" / "generation_config.json").write_text(json.dumps(written))
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    want = again.generate(
+        torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=6, do_sample=False
+    ).numpy()
+    assert (want[0, 12:] == eos).all() and not (want[0, 12:] == 0).any()
+    model, params = M.from_pretrained(tmp_path / "hf")
+    assert dict(model.generation_config)["top_p"] == 0.9
+    got = M.generate(model, params, ids, attention_mask=mask, max_new_tokens=6)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    M.save_pretrained(tmp_path / "ours", model, params)
+    read = json.loads((tmp_path / "ours" / "generation_config.json").read_text())
+    assert read == {**written, "eos_token_id": [eos, VOCAB - 1]}
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "ours").eval()
+    settings = theirs.generation_config
+    assert (settings.do_sample, settings.temperature, settings.top_p) == (True, 0.6, 0.9)
+    assert (settings.pad_token_id, settings.bos_token_id) == (None, 1)
+    np.testing.assert_array_equal(
+        theirs.generate(
+            torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=6,
+            do_sample=False,
+        ).numpy(),
+        want,
+    )  # fmt: skip
+
+
+def test_ids_given_as_none_override_the_model_as_in_transformers(torch, transformers):
+    """A keyword given to transformers' ``generate`` overrides the model's generation
+    config even as ``None``: ``eos_token_id=None`` decodes every step (no stop),
+    ``pad_token_id=None`` pads with the first eos id. Left out, both are the model's."""
+    hf = _reference(torch, transformers, "llama")
+    model, params = _ours(hf)
+    ids, mask = _batch()
+    free = np.asarray(
+        M.generate(model, params, ids, attention_mask=mask, max_new_tokens=5, eos_token_id=None)
+    )[:, 9:]
+    # a token of the first row's first three that the second row never emits: the first
+    # row finishes early, the second runs on
+    step, eos = next((i, int(t)) for i, t in enumerate(free[0, :3]) if t not in free[1])
+    hf.generation_config.eos_token_id, hf.generation_config.pad_token_id = eos, 0
+    model = dataclasses.replace(model, generation_config={"eos_token_id": eos, "pad_token_id": 0})
+    for kwargs in ({}, {"eos_token_id": None}, {"pad_token_id": None}):
+        want = hf.generate(
+            torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=5,
+            do_sample=False, **kwargs,
+        ).numpy()  # fmt: skip
+        got = M.generate(model, params, ids, attention_mask=mask, max_new_tokens=5, **kwargs)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert want.shape == (2, 14)  # pad_token_id=None: the first row padded with the eos id
+    assert want[0, 9 + step :].tolist() == [eos] * (5 - step)
+
+
+def test_greedy_decoding_ignores_the_sampling_settings_and_none_is_the_default():
+    """transformers' greedy decoding ignores temperature, top-k and top-p (it warns);
+    ``temperature=None`` is 1.0 when sampling; a NaN temperature is refused, as
+    transformers' ``TemperatureLogitsWarper`` refuses it (it would make every
+    probability NaN)."""
+    model = M.LlamaForCausalLM(M.LlamaConfig(**TINY_LLAMA))
+    params = model.init(jax.random.key(0), (1, 4))
+    ids = np.array([[3, 4, 5, 6]])
+    greedy = M.generate(model, params, ids, max_new_tokens=3)
+    for odd in (dict(temperature=0.0), dict(top_p=1.5), dict(top_k=-1, temperature=None)):
+        np.testing.assert_array_equal(
+            M.generate(model, params, ids, max_new_tokens=3, **odd), greedy
+        )
+    key = jax.random.key(3)
+    np.testing.assert_array_equal(
+        M.generate(model, params, ids, max_new_tokens=3, do_sample=True, key=key, temperature=None),
+        M.generate(model, params, ids, max_new_tokens=3, do_sample=True, key=key),
+    )
+    with pytest.raises(ValueError, match=r"^generate: temperature must be > 0, got nan$"):
+        M.generate(
+            model, params, ids, max_new_tokens=3, do_sample=True, key=key, temperature=float("nan")
+        )
+
+
 def test_config_errors_name_the_file(tmp_path):
     """A config ``from_pretrained`` cannot use is a ``ValueError`` naming the file and
     the problem: a rope type it does not implement, a rope type's missing entry."""
@@ -422,7 +523,7 @@ def test_hugging_face_folders_both_ways(torch, transformers, tmp_path):
     # folder leaves no shard of the earlier layout
     M.save_pretrained(tmp_path / "ours-sharded", model, bf16)
     names = sorted(p.name for p in (tmp_path / "ours-sharded").iterdir())
-    assert names == ["config.json", "model.safetensors"]
+    assert names == ["config.json", "generation_config.json", "model.safetensors"]
     kept = M.from_pretrained(tmp_path / "ours-sharded")[1]
     assert {a.dtype for a in jax.tree.leaves(kept)} == {jnp.dtype(jnp.bfloat16)}
 
