@@ -1106,6 +1106,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"^LlamaConfig: hidden_size=100 must be divisible by num_attention_heads=32 when head_dim is not given$"),
     ("llama-config-rope", lambda: __import__("purelayers.models", fromlist=["x"]).LlamaConfig(rope_parameters={"rope_type": "yarn", "factor": 4.0}), ValueError,
      r"^LlamaConfig: rope_type must be 'default', 'linear', 'dynamic' or 'llama3', got 'yarn'$"),
+    ("mistral-attention-bias", lambda: __import__("purelayers.models", fromlist=["x"]).MistralConfig(attention_bias=True), ValueError,
+     r"^MistralConfig: attention_bias is not a setting of transformers' MistralConfig \(the model is built without it\), got True$"),
     ("qwen2-sliding", lambda: __import__("purelayers.models", fromlist=["x"]).Qwen2Config(use_sliding_window=True), ValueError,
      r"^Qwen2Config: use_sliding_window=True is not supported$"),
     ("lm-logits-to-keep", lambda: jax.eval_shape(

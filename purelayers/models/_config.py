@@ -68,8 +68,19 @@ class Config:
     """Base of every model config; subclasses set ``model_type`` and declare fields."""
 
     model_type: ClassVar[str] = ""
+    # fields a subclass inherits that its transformers config does not have (Mistral's
+    # ``attention_bias``): left at their defaults, neither read from nor written to JSON
+    not_settings: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
+        for name in self.not_settings:
+            field = next(f for f in dataclasses.fields(self) if f.name == name)
+            if getattr(self, name) != field.default:
+                raise ValueError(
+                    f"{type(self).__name__}: {name} is not a setting of transformers' "
+                    f"{type(self).__name__} (the model is built without it), got "
+                    f"{getattr(self, name)!r}"
+                )
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, (Mapping, list)) and not isinstance(value, Frozen):
@@ -87,10 +98,14 @@ class Config:
             raise ValueError(
                 f"{cls.__name__}.from_dict: model_type is {given!r}, expected {cls.model_type!r}"
             )
-        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        names = {f.name for f in dataclasses.fields(cls) if f.init} - set(cls.not_settings)
         return cls(**{k: _frozen(v) for k, v in config.items() if k in names})
 
     def to_dict(self) -> dict[str, Any]:
         """The ``config.json`` dict, ``model_type`` included."""
-        out = {f.name: _thawed(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {
+            f.name: _thawed(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name not in self.not_settings
+        }
         return {"model_type": self.model_type, **out}

@@ -235,10 +235,12 @@ class LlamaConfig(Config):
 
 @dataclasses.dataclass(frozen=True)
 class MistralConfig(LlamaConfig):
-    """``transformers.MistralConfig``: Llama's fields, ``sliding_window`` (keys at most
+    """``transformers.MistralConfig``: Llama's fields but ``attention_bias`` and
+    ``mlp_bias`` (no projection has a bias), ``sliding_window`` (keys at most
     ``sliding_window - 1`` slots before the query; ``None``: full attention)."""
 
     model_type: ClassVar[str] = "mistral"
+    not_settings: ClassVar[tuple[str, ...]] = ("attention_bias", "mlp_bias")  # no biases
     intermediate_size: int = 14336
     num_key_value_heads: int | None = 8
     max_position_embeddings: int = 131072
@@ -251,10 +253,13 @@ class MistralConfig(LlamaConfig):
 
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config(LlamaConfig):
-    """``transformers.Qwen2Config``: Llama's fields; q/k/v projections carry biases.
+    """``transformers.Qwen2Config``: Llama's fields but ``attention_bias`` and ``mlp_bias``
+    (q/k/v projections carry biases, the others none).
     Sliding-window layers (``use_sliding_window=True``) are not supported."""
 
     model_type: ClassVar[str] = "qwen2"
+    # biases on q/k/v always, on o_proj and the MLP never
+    not_settings: ClassVar[tuple[str, ...]] = ("attention_bias", "mlp_bias")
     vocab_size: int = 151936
     intermediate_size: int = 22016
     max_position_embeddings: int = 32768

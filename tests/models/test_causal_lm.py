@@ -619,6 +619,23 @@ def test_linear_and_dynamic_rope_scaling_equal_transformers(torch, transformers,
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
+@pytest.mark.parametrize("kind", ["mistral", "qwen2"])
+def test_mistral_and_qwen2_take_no_llama_bias_settings(torch, transformers, kind):
+    """transformers' Mistral builds no projection bias and Qwen2 biases on q/k/v alone,
+    whatever ``attention_bias``/``mlp_bias`` a ``config.json`` carries (neither config
+    has those fields): ours reads such a config as they do (same names, same logits)
+    and writes neither field; set on our config they are a ``ValueError``."""
+    hf = _reference(torch, transformers, kind, attention_bias=True, mlp_bias=True)
+    assert hf.config.attention_bias is True  # kept as an extra attribute, not used
+    model, params = _ours(hf)
+    ids = np.random.default_rng(4).integers(6, VOCAB, (2, 7))
+    want = hf(torch.tensor(ids)).logits.detach().numpy()
+    np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, atol=2e-5)
+    assert "attention_bias" not in model.config.to_dict()
+    with pytest.raises(ValueError, match=rf"^{type(model.config).__name__}: mlp_bias is not a"):
+        type(model.config)(mlp_bias=True)
+
+
 def test_configs_round_trip_and_unknown_models_are_named(transformers, tmp_path):
     hf = transformers.LlamaConfig(**TINY_LLAMA, rope_parameters=LLAMA3)
     config = llama.LlamaConfig.from_dict(hf.to_dict())
