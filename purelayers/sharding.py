@@ -293,12 +293,31 @@ def named_shardings(
     return jax.tree.map(lambda s: NamedSharding(mesh, s), specs)
 
 
+def _fits(sharding: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``sharding`` can lay out an array of ``shape``: no more spec entries than
+    axes, and each split axis divisible by its mesh axes' sizes."""
+    spec = getattr(sharding, "spec", None)
+    if spec is None:  # not a NamedSharding: its own check, at placement
+        return True
+    if len(spec) > len(shape):
+        return False
+    sizes = dict(sharding.mesh.shape)
+    for dim, names in zip(shape, spec, strict=False):
+        names = () if names is None else (names,) if isinstance(names, str) else names
+        if dim % int(np.prod([sizes[n] for n in names], dtype=np.int64)):
+            return False
+    return True
+
+
 def optimizer_shardings(tree: Any, param_shardings: Any) -> Any:
     """Shardings for an optimizer state (or any tree holding copies of the params).
 
     A leaf whose dotted path ends with a parameter's name (optax's
     ``0.mu.blocks.0.fc.weight`` for ``blocks.0.fc.weight``) gets that parameter's
-    sharding; any other leaf (step counts, scalars) is replicated on the same mesh.
+    sharding where it fits the leaf's shape; any other leaf (step counts, scalars, and
+    statistics shaped otherwise than their parameter, such as Adafactor's factored
+    ``v_row``/``v_col``, which the parameter's spec may not fit) is replicated on the
+    same mesh.
     Use it on ``jax.eval_shape(optimizer.init, params)`` to create the state sharded:
     ``jax.jit(optimizer.init, out_shardings=optimizer_shardings(...))(params)``.
     """
@@ -314,7 +333,7 @@ def optimizer_shardings(tree: Any, param_shardings: Any) -> Any:
     def one(path, leaf):
         name = ".".join(_key_name(k) for k in path)
         for p in names:
-            if name == p or name.endswith("." + p):
+            if (name == p or name.endswith("." + p)) and _fits(by_name[p], np.shape(leaf)):
                 return by_name[p]
         return NamedSharding(mesh, P())
 
@@ -384,21 +403,39 @@ def linear_pair(column: str, row: str, axis: str = "model") -> list[Rule]:
 
 
 def attention(pattern: str, axis: str = "model") -> list[Rule]:
-    """``MultiHeadAttention`` at ``pattern`` (``"blocks.*.attn"``) split by heads.
+    """An attention layer at ``pattern`` (``"blocks.*.attn"``) split by heads, under
+    the names of each attention class: ``MultiHeadAttention``'s ``qkv``,
+    ``Attention``'s ``q_proj``/``k_proj``/``v_proj`` and ``InProjAttention``'s
+    ``in_proj_weight``/``in_proj_bias`` (or its ``q_proj_weight``, ... with ``kdim``/
+    ``vdim``) column-parallel (rows split); ``out``, ``o_proj`` and ``out_proj``
+    row-parallel; ``InProjAttention``'s ``bias_k``/``bias_v`` replicated.
 
-    ``qkv`` column-parallel (rows split), ``out`` row-parallel. ``num_heads`` and
-    ``num_kv_heads`` should divide by the ``axis`` size. See the module docstring on
-    the packed ``qkv`` rows: in torch's order the split is correct but not aligned to
-    heads (XLA moves activations); ``group_qkv`` gives the aligned order.
+    ``num_heads`` and ``num_kv_heads`` should divide by the ``axis`` size. See the
+    module docstring on the packed ``qkv`` rows: in torch's order the split is correct
+    but not aligned to heads (XLA moves activations); ``group_qkv`` gives the aligned
+    order.
     """
-    return linear_pair(_at(pattern, "qkv"), _at(pattern, "out"), axis)
+    rows, split = P(axis, None), P(axis)
+    return [
+        *linear_pair(_at(pattern, "qkv"), _at(pattern, "out"), axis),
+        *column_parallel(_at(pattern, "q_proj"), axis),
+        *column_parallel(_at(pattern, "k_proj"), axis),
+        *column_parallel(_at(pattern, "v_proj"), axis),
+        *row_parallel(_at(pattern, "o_proj"), axis),
+        (_at(pattern, "in_proj_weight"), rows),
+        (_at(pattern, "in_proj_bias"), split),
+        (_at(pattern, "[qkv]_proj_weight"), rows),
+        (_at(pattern, "bias_[kv]"), P()),
+        *row_parallel(_at(pattern, "out_proj"), axis),
+    ]
 
 
 def transformer_block(pattern: str, axis: str = "model") -> list[Rule]:
     """Megatron tensor parallelism for ``TransformerBlock``s at ``pattern``
-    (``"blocks.*"``): ``attn`` by heads, ``fc`` column-parallel, ``proj``
-    row-parallel, the norms replicated. Covers the GPT-2 and the Llama configurations
-    (whose ``fc`` packs ``[gate | up]``: see ``group_rows``)."""
+    (``"blocks.*"``): ``attn`` by heads (any of the attention classes a block takes:
+    see ``attention``), ``fc`` column-parallel, ``proj`` row-parallel, the norms
+    replicated. Covers the GPT-2 and the Llama configurations (whose ``fc`` packs
+    ``[gate | up]``: see ``group_rows``)."""
     return [
         *attention(_at(pattern, "attn"), axis),
         *linear_pair(_at(pattern, "fc"), _at(pattern, "proj"), axis),

@@ -163,6 +163,41 @@ def test_transformer_block_rules_cover_every_parameter_of_a_block():
     assert specs["proj.bias"] == specs["ln1.weight"] == S.P()
 
 
+@pytest.mark.parametrize(
+    "attn",
+    [
+        L.Attention.build(32, 4, bias=True),
+        L.InProjAttention(4),
+        L.InProjAttention(4, add_bias_kv=True),
+        L.InProjAttention(4, kdim=16, vdim=8),
+    ],
+    ids=["attention", "in-proj", "in-proj-bias-kv", "in-proj-kdim"],
+)
+def test_attention_rules_split_every_attention_class_by_heads(attn):
+    """``S.attention`` (and so ``S.transformer_block``, whose ``attn=`` takes any of the
+    attention classes) splits each class by heads: every projection weight sharded
+    (query/key/value rows, output columns), only ``bias_k``/``bias_v`` and the output
+    bias replicated. Before, those names fell through to a ``("*", P())`` catch-all:
+    attention replicated, silently."""
+    params = jax.eval_shape(lambda k: attn.init(k, (2, 8, 32)), jax.random.key(0))
+    rules = [*S.attention("blocks.*.attn"), ("*", S.P())]
+    tree = {"blocks": {"0": {"attn": params}}}
+    specs = pl.params.flatten(S.partition_specs(tree, rules, MESH))
+    specs = {k.removeprefix("blocks.0.attn."): v for k, v in specs.items()}
+    replicated = {k for k, v in specs.items() if v == S.P()}
+    assert replicated <= {"o_proj.bias", "out_proj.bias", "bias_k", "bias_v"}, specs
+    for name, spec in specs.items():
+        if name.endswith("weight") and name.startswith(("o_proj", "out_proj")):
+            assert spec == S.P(None, "model"), name
+        elif name.endswith("weight"):
+            assert spec == S.P("model", None), name
+    if not isinstance(attn, L.InProjAttention) or attn.kdim is None:
+        block = L.TransformerBlock(4, attn=attn)
+        params = jax.eval_shape(lambda k: block.init(k, (2, 8, 32)), jax.random.key(0))
+        got = S.partition_specs(params, [*S.transformer_block(""), ("*", S.P())], MESH)
+        assert {k[5:]: v for k, v in pl.params.flatten(got).items() if k[:5] == "attn."} == specs
+
+
 def test_make_mesh_parses_axes_and_reports_mistakes():
     mesh = S.make_mesh("data=1, model=1")
     assert dict(mesh.shape) == {"data": 1, "model": 1}
@@ -184,6 +219,37 @@ def test_optimizer_shardings_follow_parameter_names():
     out = S.optimizer_shardings(state, sh)
     assert out[0].mu["w"] == sh["w"] and out[0].nu["w"] == sh["w"]
     assert out[0].count == S.NamedSharding(mesh, S.P())
+
+
+def test_optimizer_shardings_replicate_statistics_their_parameter_spec_does_not_fit():
+    """Adafactor keeps factored statistics under a parameter's name but of another
+    shape (``v_row`` ``(64,)`` for a ``(64, 16)`` weight, ``(1,)`` placeholders): they
+    are replicated where the parameter's spec does not fit them (more entries than
+    axes, or an axis the mesh does not divide), and the README's recipe,
+    ``jax.jit(opt.init, out_shardings=...)``, runs (before: JAX's incompatible
+    sharding error)."""
+    import optax
+
+    params = {"w": jnp.zeros((64, 16)), "b": jnp.zeros(64)}
+    opt = optax.adafactor(1e-3, min_dim_size_to_factor=8)
+    state = jax.eval_shape(opt.init, params)
+    mesh = AbstractMesh((4,), ("data",))
+    sh = {"w": S.NamedSharding(mesh, S.P("data", None)), "b": S.NamedSharding(mesh, S.P("data"))}
+    out = S.optimizer_shardings(state, sh)
+    leaves = jax.tree_util.tree_leaves_with_path(state)
+    for (path, leaf), got in zip(leaves, jax.tree.leaves(out), strict=True):
+        name = jax.tree_util.keystr(path)
+        want = S.NamedSharding(mesh, S.P())
+        if leaf.shape == (64, 16):
+            want = sh["w"]
+        elif leaf.shape == (64,) and name.endswith("['b']"):
+            want = sh["b"]  # the bias's unfactored statistic: its parameter's shape
+        assert got == want, (name, leaf.shape, got)
+    assert {leaf.shape for leaf in jax.tree.leaves(state)} >= {(1,), (64,), (16,)}
+    one = S.make_mesh("data=1")
+    sh = {"w": S.NamedSharding(one, S.P("data", None)), "b": S.NamedSharding(one, S.P("data"))}
+    placed = jax.jit(opt.init, out_shardings=S.optimizer_shardings(state, sh))(params)
+    assert jax.tree.structure(placed) == jax.tree.structure(state)
 
 
 # -- q/k/v rows in head-group order ---------------------------------------------------
