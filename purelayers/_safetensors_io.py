@@ -298,12 +298,12 @@ def same_values(a: Any, b: Any) -> bool:
         return False
     if len(shape) < 1 or not all(hasattr(t, "read") for t in (a, b)):
         read = [t.read() if hasattr(t, "read") else np.asarray(t) for t in (a, b)]
-        return bool(np.array_equal(*read))
+        return bool(np.array_equal(*read, equal_nan=True))
     row = max(1, math.prod(shape[1:]) * max(a.dtype.itemsize, b.dtype.itemsize))
     step = max(1, _CHUNK_BYTES // row)
     for i in range(0, shape[0], step):
         index = (slice(i, min(i + step, shape[0])),)
-        if not np.array_equal(a.read(index, dtype=b.dtype), b.read(index)):
+        if not np.array_equal(a.read(index, dtype=b.dtype), b.read(index), equal_nan=True):
             return False
     return True
 

@@ -193,7 +193,7 @@ def _equal_values(flat: Mapping[str, Any]) -> Callable[[str, str], bool]:
     def equal(a: str, b: str) -> bool:
         if isinstance(flat[a], _io.Tensor) and isinstance(flat[b], _io.Tensor):
             return _io.same_values(flat[a], flat[b])  # a file's: compared block by block
-        return bool(np.array_equal(_to_numpy(flat[a]), _to_numpy(flat[b])))
+        return bool(np.array_equal(_to_numpy(flat[a]), _to_numpy(flat[b]), equal_nan=True))
 
     return equal
 

@@ -260,6 +260,30 @@ def test_tied_alias_that_differs_from_its_original_is_an_error(torch, tmp_path):
         P.load_into(path, template)  # nothing tells the file's alias from a stray name
 
 
+def test_a_tied_alias_holding_nans_equal_to_its_original_loads(tmp_path):
+    """A diverged run's checkpoint (a NaN in the tied embedding), saved with its alias:
+    the alias holds the original's very values, NaN included, so it loads from a file
+    (one-piece and sharded) and from a state dict, as torch's strict load takes it
+    (before: refused as two different values, since NaN != NaN)."""
+    lm = _tied_lm()
+    template = lm.init(jax.random.key(0), (B, T))
+    weight = np.asarray(template["wte"]["weight"]).copy()
+    weight[1, 2] = np.nan
+    params = {**template, "wte": {"weight": jnp.asarray(weight)}}
+    for path in (
+        P.save(tmp_path / "nan.safetensors", params, model=lm, write_aliases=True),
+        P.save(tmp_path / "shards", params, model=lm, write_aliases=True, max_shard_bytes=256),
+    ):
+        back = P.load_into(path, template, model=lm)
+        np.testing.assert_array_equal(back["wte"]["weight"], weight)
+    flat = {k: np.asarray(v) for k, v in P.flatten(params).items()}
+    back = P.load_state_dict(template, {**flat, "lm_head.weight": weight.copy()}, model=lm)
+    np.testing.assert_array_equal(back["wte"]["weight"], weight)
+    weight[1, 3] = np.nan  # a NaN where the original has a number: still different
+    with pytest.raises(ValueError, match=r"'lm_head\.weight'.*'wte\.weight'"):
+        P.load_state_dict(template, {**flat, "lm_head.weight": weight}, model=lm)
+
+
 # -- 3. Repeat ---------------------------------------------------------------------------------
 
 
