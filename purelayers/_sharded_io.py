@@ -139,16 +139,7 @@ def load_sharded(
         equal=equal,
     )
     templates = [params] if state is None else [params, state]
-    is_abstract = {}
-    for tree in templates:
-        is_abstract.update(
-            _params.flatten(
-                _params.fill(tree, lambda _, a, __: isinstance(a, jax.ShapeDtypeStruct))
-            )
-        )
-    abstract = [k for k in keys.missing_keys if is_abstract[k]]
-    if abstract:
-        raise KeyError(f"{who}: missing keys with no template value to keep: {abstract}")
+    _params._refuse_abstract_missing(templates, keys.missing_keys, who)
 
     def get(block_names: tuple[str, ...], leaf: Any, lead: tuple[int, ...]) -> Any:
         sharding = placement[block_names[0]]

@@ -217,6 +217,23 @@ def _filler(flat: Mapping[str, Any], source: Mapping[str, str]):
     return get
 
 
+def _refuse_abstract_missing(templates: list[Any], missing: list[str], who: str) -> None:
+    """A ``strict=False`` load keeps the template's values for missing names; an
+    abstract template (``abstract(...)``, ``jax.eval_shape``) has none to keep: a
+    ``KeyError`` naming them, before anything is converted (not placeholders that fail
+    later)."""
+    if not missing:
+        return
+    is_abstract: dict[str, bool] = {}
+    for tree in templates:
+        is_abstract.update(
+            flatten(fill(tree, lambda _, a, __: isinstance(a, jax.ShapeDtypeStruct)))
+        )
+    abstract = [k for k in missing if is_abstract.get(k, False)]
+    if abstract:
+        raise KeyError(f"{who}: missing keys with no template value to keep: {abstract}")
+
+
 def _load(
     template: Any, flat: Mapping[str, Any], strict: bool, who: str, model: Any = None
 ) -> tuple[Any, IncompatibleKeys]:
@@ -230,6 +247,7 @@ def _load(
         aliases={**_shared(flat, names), **_aliases(model, who)},
         equal=_equal_values(flat),
     )
+    _refuse_abstract_missing([template], keys.missing_keys, who)
     return fill(template, _filler(flat, source)), keys
 
 
@@ -470,6 +488,7 @@ def load_into(
         aliases={**_io.aliases(meta), **_aliases(model, who)},
         equal=_equal_values(flat),
     )
+    _refuse_abstract_missing([params] if state is None else [params, state], keys.missing_keys, who)
     get = _filler(flat, source)
     result: tuple = (fill(params, get),)
     if state is not None:

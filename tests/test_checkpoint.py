@@ -452,6 +452,29 @@ def test_non_strict_loads_a_backbone_under_a_new_head_and_reports_the_rest(mlp_f
         load_into(path, _mlp().init(jax.random.key(0), (2, 4)), strict=False)  # nothing to say
 
 
+def test_non_strict_into_an_abstract_template_names_what_it_cannot_keep(mlp_file):
+    """``strict=False`` keeps the template's values for missing names; an abstract
+    template (``pl.params.abstract``) has none, so those names are a ``KeyError`` up
+    front, as ``sharding.load_sharded`` says it, with ``Repeat`` blocks by index (before:
+    ``ShapeDtypeStruct`` placeholders came back, failing later at ``apply``/``save``,
+    or a bare ``TypeError`` halfway through a ``Repeat``)."""
+    path, params = mlp_file
+    template = pl.params.abstract(_with_head(2), (2, 4))
+    with pytest.raises(
+        KeyError, match=r"missing keys with no template value to keep: \['4\.bias', '4\.weight'\]"
+    ):
+        load_into(path, template, strict=False)
+    with pytest.raises(KeyError, match=r"load_state_dict: missing keys with no template value"):
+        load_state_dict(template, pl.params.flatten(params), strict=False)
+    stack = L.Repeat(L.Linear(4), 3)
+    full = stack.init(jax.random.key(0), (2, 4))
+    flat = {k: v for k, v in pl.params.flatten(full).items() if not k.startswith("2.")}
+    with pytest.raises(KeyError, match=r"no template value to keep: \['2\.bias', '2\.weight'\]"):
+        load_state_dict(pl.params.abstract(stack, (2, 4)), flat, strict=False)
+    kept = load_state_dict(full, flat, strict=False, return_keys=True)[0]  # concrete: kept
+    np.testing.assert_array_equal(kept["weight"], full["weight"])
+
+
 def test_load_state_dict_reports_unmatched_names_the_same_way():
     template = {"a": jnp.zeros(2), "b": jnp.zeros(2)}
     with pytest.warns(CheckpointWarning, match=r"load_state_dict\(strict=False\): 1 names"):

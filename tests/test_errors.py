@@ -60,7 +60,7 @@ TESTED_ELSEWHERE = {
         14,
         "tests/test_checkpoint.py (fuzzed files, each error matched) and tests/test_checkpoint_scale.py",
     ),
-    "_sharded_io.py": (2, "tests/test_checkpoint.py and tests/test_params.py"),
+    "_sharded_io.py": (1, "tests/test_checkpoint.py and tests/test_params.py"),
     "sharding.py": (20, "tests/test_sharding.py"),
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
@@ -879,6 +879,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("load-strict-keys", lambda: pl.params.load_state_dict(P, {"v": np.zeros((2, 3))}), KeyError,
      r"load_state_dict: the checkpoint does not match the model by name; missing keys: "
      r"\['w'\]; unexpected keys: \['v'\]"),
+    ("load-abstract-missing", lambda: pl.params.load_state_dict({"w": jax.ShapeDtypeStruct((2,), jnp.float32)}, {}, strict=False), KeyError,
+     r"load_state_dict: missing keys with no template value to keep: \['w'\]"),
     ("load-shape", lambda: pl.params.load_state_dict(P, {"w": np.zeros((3, 2))}), ValueError,
      r"^load_state_dict: shape mismatch for w: expected \(2, 3\), got \(3, 2\)$"),
     ("save-dtype", lambda: _save({"w": np.array(["a", "b"])}), ValueError,
