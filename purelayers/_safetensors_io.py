@@ -46,7 +46,7 @@ SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}(\.alt)?\.safetensors")
 # The dtypes checkpoints hold, under the package's own codes ("F32", "BF16", ...).
 _STORABLE = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64)
 _STORABLE += (np.int64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64)
-_STORABLE += (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)
+_STORABLE += (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e8m0fnu)
 
 
 def _code(dtype: np.dtype) -> str:

@@ -360,6 +360,8 @@ def test_the_name_order_is_kept_in_the_metadata_and_hidden_from_load_metadata(tm
 
 
 def test_float8_round_trips_and_dtypes_we_cannot_represent_are_named(tmp_path):
+    """float8 in every format torch and safetensors store (e4m3, e5m2, e8m0 scales)
+    round-trips; packed 4-bit values are named as what we cannot represent."""
     import ml_dtypes
     import safetensors
 
@@ -377,17 +379,25 @@ def test_float8_round_trips_and_dtypes_we_cannot_represent_are_named(tmp_path):
             np.asarray(loaded[name], np.float32), np.asarray(value, np.float32)
         )
 
-    scale = np.ones(4, ml_dtypes.float8_e8m0fnu)
+    # MX block scales (torch's float8_e8m0fnu, safetensors' F8_E8M0) load as theirs
+    scale = np.array([1.0, 2.0, 0.5, 2.0**-20], ml_dtypes.float8_e8m0fnu)
     spec = safetensors.TensorSpec(
         dtype="float8_e8m0fnu", shape=[4], data_ptr=scale.ctypes.data, data_len=scale.nbytes
     )
     safetensors.serialize_file({"scale": spec}, tmp_path / "e8m0.safetensors")
+    got = load(tmp_path / "e8m0.safetensors")["scale"]
+    assert got.dtype == jnp.float8_e8m0fnu
+    np.testing.assert_array_equal(np.asarray(got, np.float32), scale.astype(np.float32))
+    # packed 4-bit values (F4: two to a byte) have no NumPy dtype: named, file refused
+    header = json.dumps({"p": {"dtype": "F4", "shape": [4], "data_offsets": [0, 2]}}).encode()
+    header += b" " * (-len(header) % 8)
+    packed = tmp_path / "f4.safetensors"
+    packed.write_bytes(len(header).to_bytes(8, "little") + header + b"\x00\x00")
     with pytest.raises(
         CheckpointError,
-        match=_error_names(tmp_path / "e8m0.safetensors")
-        + r": holds dtypes purelayers cannot represent: \{'scale': 'F8_E8M0'\}",
+        match=_error_names(packed) + r": holds dtypes purelayers cannot represent: \{'p': 'F4'\}",
     ):
-        load(tmp_path / "e8m0.safetensors")
+        load(packed)
 
 
 # -- strict and non-strict --------------------------------------------------------------
