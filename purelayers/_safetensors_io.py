@@ -471,23 +471,47 @@ def read_index(path: Path) -> dict[str, str]:
     return weight_map
 
 
+def _stat(path: Path) -> tuple[int, ...] | None:
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
+
+
 def scan_sharded(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
-    """Every tensor named by an index (unread), in the index's order, from its shards."""
+    """Every tensor named by an index (unread), in the index's order, from its shards.
+
+    A shard that is missing or unreadable while the index itself changed since it was
+    read (a save replaced the checkpoint meanwhile) is a ``CheckpointError`` saying to
+    load again, not that the checkpoint is damaged."""
+    before = _stat(path)
     weight_map = read_index(path)
     by_shard: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
         by_shard.setdefault(shard, []).append(name)
     tensors: dict[str, Tensor] = {}
     meta: dict[str, str] = {}
+
+    def unchanged() -> None:
+        if _stat(path) != before:
+            raise CheckpointError(
+                path, "was replaced while its shards were read (by a save?); load it again"
+            )
+
     for shard, names in by_shard.items():
         file = path.parent / shard
         if not file.is_file():
+            unchanged()
             raise CheckpointError(
                 path,
                 f"shard {file} is missing; the index maps {len(names)} names to it "
                 f"(first: {names[0]!r})",
             )
-        got, got_meta = scan_file(file)
+        try:
+            got, got_meta = scan_file(file)
+        except CheckpointError:
+            unchanged()
+            raise
         absent = [n for n in names if n not in got]
         extra = [n for n in got if weight_map.get(n) != shard]
         if absent or extra:

@@ -293,6 +293,34 @@ def test_a_save_landing_while_a_reader_loads_is_named(tmp_path, monkeypatch, sha
     assert workers.which(pl.params.load(path)) == 2
 
 
+def test_a_save_landing_between_the_index_and_its_shards_is_named(tmp_path, monkeypatch):
+    """A reader that read a sharded checkpoint's index just before a new save landed
+    finds the shards it names gone: a ``CheckpointError`` saying to load again (the
+    index changed meanwhile), not one calling a healthy checkpoint damaged ("shard ...
+    is missing"); a shard missing from an unchanged index still says that."""
+    path = tmp_path / "ck"
+    pl.params.save(path, workers.values(1), max_shard_bytes=1)
+    read_index = pl._safetensors_io.read_index
+
+    def read_then_save(p):
+        found = read_index(p)
+        monkeypatch.undo()  # the save reads the index too
+        pl.params.save(path, workers.values(2), max_shard_bytes=1)
+        return found
+
+    monkeypatch.setattr(pl._safetensors_io, "read_index", read_then_save)
+    with pytest.raises(
+        pl.params.CheckpointError, match=r"replaced while its shards were read .*load it again"
+    ):
+        pl.params.load(path)
+    monkeypatch.undo()
+    assert workers.which(pl.params.load(path)) == 2
+    shard = next(p for p in path.iterdir() if p.name.endswith(".safetensors"))
+    shard.unlink()
+    with pytest.raises(pl.params.CheckpointError, match=r"shard .* is missing; the index maps"):
+        pl.params.load(path)
+
+
 # -- file modes -----------------------------------------------------------------------
 
 
