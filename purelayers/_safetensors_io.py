@@ -171,7 +171,8 @@ def write_sharded(
     earlier save of as many shards), the new shards are
     ``model-0000i-of-0000K.alt.safetensors``, and the save after that goes back to the
     plain names. Shards the new index does not name, a ``model.safetensors`` of the
-    single-file layout, and the temporaries of killed saves of any shard are removed.
+    single-file layout, and the temporaries of killed saves of any shard or of that
+    single file are removed.
     Sharded saves into one folder run one at a time (an ``flock`` on the folder), so
     two processes saving it leave one complete checkpoint, the later one's.
     """
@@ -184,7 +185,8 @@ def write_sharded(
         names = [f"{n}.safetensors" for n in plain]
         if _current_shards(folder) & set(names):
             names = [f"{n}.alt.safetensors" for n in plain]
-        _atomic.remove_stale(folder / INDEX_NAME, SHARD_RE.pattern)
+        # the killed saves' temporaries of any shard, and of the single file this replaces
+        _atomic.remove_stale(folder / INDEX_NAME, rf"{SHARD_RE.pattern}|{re.escape(SINGLE_NAME)}")
         index = {
             "metadata": {"total_size": sum(e.nbytes for e in entries)},
             "weight_map": {

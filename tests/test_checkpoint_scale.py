@@ -166,6 +166,21 @@ def test_stale_temporaries_are_removed_only_when_their_writer_is_gone(tmp_path):
     assert _atomic.remove_stale(target) == [held]
 
 
+def test_a_sharded_save_removes_a_killed_single_file_saves_temporaries(tmp_path):
+    """A sharded save replaces a folder's ``model.safetensors``: the temporary folder a
+    killed save of that file left (a whole model's size) goes with it, as those of
+    killed shard saves do (before: it stayed)."""
+    host = _atomic._host()
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    dead = folder / f".model.safetensors.{host}.{_dead_pid()}.00000000.tmp"
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"partial")
+    pl.params.save(folder, workers.values(1), max_shard_bytes=1)
+    assert [n for n in os.listdir(folder) if n.startswith(".")] == []
+    assert workers.which(pl.params.load(folder)) == 1
+
+
 # Makes the folder argv[1], holds its lock, says so, and waits for its stdin to close.
 _HOLD = """
 import fcntl, os, sys
