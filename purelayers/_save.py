@@ -53,6 +53,11 @@ def _host_array(leaf: Any) -> np.ndarray:
 
 def _entry(name: str, leaf: Any) -> _io.Entry:
     """What ``save`` writes for one array; its data is fetched only when written."""
+    if isinstance(leaf, jax.ShapeDtypeStruct):
+        raise ValueError(
+            f"save: {name!r} is a jax.ShapeDtypeStruct (an abstract template holds no "
+            "values): save arrays, such as init's or load_into's"
+        )
     if type(leaf).__module__.startswith("torch") or not hasattr(leaf, "dtype"):
         host = _to_numpy(leaf)
         leaf, fetch = host, lambda: host
@@ -168,10 +173,16 @@ def save(
                 f"{target / _io.SINGLE_NAME}, or max_shard_bytes= to write a sharded "
                 "checkpoint into the folder"
             )
+        if not target.parent.is_dir():
+            raise FileNotFoundError(f"save: the folder of {target} does not exist")
         _io.write_file(target, entries, meta)
         return target
     if isinstance(max_shard_bytes, bool) or not isinstance(max_shard_bytes, int):
         raise ValueError(f"save: max_shard_bytes must be a positive int, got {max_shard_bytes!r}")
     if max_shard_bytes <= 0:
         raise ValueError(f"save: max_shard_bytes must be a positive int, got {max_shard_bytes}")
+    if target.exists() and not target.is_dir():
+        raise ValueError(
+            f"save: {target} is a file; a sharded save (max_shard_bytes=) writes a folder"
+        )
     return _io.write_sharded(target, entries, meta, max_shard_bytes)

@@ -248,7 +248,34 @@ def _load(
         equal=_equal_values(flat),
     )
     _refuse_abstract_missing([template], keys.missing_keys, who)
+    _refuse_non_numbers(flat, source.values(), who)
     return fill(template, _filler(flat, source)), keys
+
+
+def _refuse_non_numbers(flat: Mapping[str, Any], names: Any, who: str) -> None:
+    """A ``ValueError`` naming each value to load that holds no numbers (strings,
+    objects, dates), before anything is converted."""
+    bad = []
+    for name in dict.fromkeys(names):
+        value = flat[name]
+        if isinstance(value, _io.Tensor):
+            continue
+        try:
+            kind = np.dtype(value.dtype).kind if hasattr(value, "dtype") else None
+        except TypeError:  # a torch dtype: torch tensors hold numbers
+            continue
+        if kind is None:
+            kind = np.asarray(value).dtype.kind
+        if kind in "OUSVMm" and not _is_ml_dtype(value):
+            bad.append(f"{name!r} ({type(value).__name__})")
+    if bad:
+        raise ValueError(f"{who}: values that are not numbers under {', '.join(bad)}")
+
+
+def _is_ml_dtype(value: Any) -> bool:
+    """Whether ``value``'s dtype is one of ml_dtypes' (``bfloat16``, float8: kind ``V``)."""
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and type(np.dtype(dtype)).__module__.startswith("ml_dtypes")
 
 
 def _address(value: Any) -> tuple[Any, ...] | None:
