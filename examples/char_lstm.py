@@ -1,6 +1,6 @@
 """Train a character-level LSTM language model on Python's own standard-library docstrings.
 
-    python examples/char_lstm.py             # about 2-3 minutes on 2 CPU cores
+    python examples/char_lstm.py             # about 5 minutes on 2 CPU cores
     python examples/char_lstm.py --steps 50  # a quick look
 
 The text is assembled at run time from the docstrings of ~100 standard-library modules

@@ -1,6 +1,6 @@
 """Train an MLP on scikit-learn's bundled handwritten digits (no download).
 
-    python examples/digits_mlp.py            # about 20 s on 2 CPU cores, test accuracy ~0.97
+    python examples/digits_mlp.py            # under a minute on 2 CPU cores, test accuracy ~0.97
 
 1,797 real 8x8 scans of handwritten digits ship inside scikit-learn; a fixed, stratified
 split holds out a quarter for testing. The model is ``Linear(256) ReLU Dropout Linear(10)``

@@ -231,7 +231,7 @@ def main(argv=None) -> dict:
     result = {"mesh": dict(mesh.shape), "step_ms": median_ms, "valid_loss": valid}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = S.save(args.out / "model.safetensors", params)
+        path = S.save(args.out / "model.safetensors", params, model=model)  # torch order
         abstract = jax.eval_shape(lambda k: model.init(k, shape), jax.random.key(0))
         restored = S.load_sharded(path, abstract, param_sh)
         same = all(

@@ -21,3 +21,8 @@ def test_sharded_gpt_trains_saves_and_reloads(tmp_path):
     assert "step time: median" in run.stdout
     assert "reloaded onto the mesh: identical" in run.stdout
     assert (tmp_path / "model.safetensors").is_file()
+    # written in the model's (torch's) order, not sorted: its own table, then children
+    import purelayers as pl
+
+    names = list(pl.params.load(tmp_path / "model.safetensors"))
+    assert names[:4] == ["pos_emb", "embed.weight", "blocks.0.ln1.weight", "blocks.0.ln1.bias"]
