@@ -511,6 +511,15 @@ def test_attention_gqa_rope_matches_torch_sdpa(torch, kind):
     )
 
 
+def test_attention_build_takes_rope_true_as_multi_head_attention_does():
+    """``Attention.build(..., rope=True)`` is ``RotaryEmbedding()`` (theta 10000), as
+    ``MultiHeadAttention(rope=True)``; ``False`` is none (before: ``True`` was refused)."""
+    built = L.Attention.build(AE, AH, causal=True, rope=True)
+    assert built.core.rope == L.RotaryEmbedding() == L.RotaryEmbedding(10000.0)
+    assert L.Attention.build(AE, AH, rope=False).core.rope is None
+    assert built == L.Attention.build(AE, AH, causal=True, rope=L.RotaryEmbedding())
+
+
 def test_inproj_attention_loads_torch_multihead_attention_by_name(torch):
     mha = _randomize(torch, torch.nn.MultiheadAttention(AE, AH, batch_first=True))
     layer = L.InProjAttention(AH, causal=True)

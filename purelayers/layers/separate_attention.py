@@ -73,11 +73,17 @@ class Attention(_Projected):
         out_bias: bool | None = None,
         causal: bool = False,
         dropout: float = 0.0,
-        rope: RotaryEmbedding | None = None,
+        rope: bool | RotaryEmbedding | None = None,
         scale: float | None = None,
     ) -> Attention:
         """``Linear`` projections for width ``embed_dim``; ``head_dim`` defaults to
-        ``embed_dim // num_heads``; ``out_bias`` defaults to ``bias``."""
+        ``embed_dim // num_heads``; ``out_bias`` defaults to ``bias``; ``rope``: a
+        ``RotaryEmbedding``, ``True`` for ``RotaryEmbedding()`` (as
+        ``MultiHeadAttention(rope=True)``), ``None`` or ``False`` for none."""
+        if rope is True:
+            rope = RotaryEmbedding()
+        elif rope is False:
+            rope = None
         core = AttentionCore(
             num_heads,
             num_kv_heads=num_kv_heads,
