@@ -419,6 +419,22 @@ def _check_config(file: Path, config: dict[str, Any], lmodel: LoraModel) -> None
         "alpha_pattern": {},
     }
     defaults = {"use_rslora": False, "use_dora": False, "bias": "none", "lora_bias": False}
+    init = config.get("init_lora_weights", True)
+    if isinstance(init, str) and init.startswith(_REWRITES_BASE):
+        raise _params.CheckpointError(
+            file,
+            f"init_lora_weights is {init!r}: PEFT rewrites the base weights from it when it "
+            "loads the adapter, which lora.load_adapter does not; save the adapter with PEFT's "
+            "save_pretrained(..., path_initial_model_for_weight_conversion=...) to get a plain "
+            "LoRA adapter of the unchanged base",
+        )
+    for field in _VARIANTS:
+        if config.get(field) not in (None, False, [], {}):
+            raise _params.CheckpointError(
+                file,
+                f"{field} is {config[field]!r}: a LoRA variant (or a change to the base "
+                "model) that lora.load_adapter does not implement; it reads plain LoRA adapters",
+            )
     for field, expected in want.items():
         got = config.get(field, defaults.get(field, {} if field.endswith("pattern") else None))
         if got != expected and not (got is None and field.endswith("pattern")):
@@ -430,6 +446,22 @@ def _check_config(file: Path, config: dict[str, Any], lmodel: LoraModel) -> None
                 else f"{field} is {got!r}; lora.load_adapter reads plain LoRA adapters "
                 f"({field}={expected!r})",
             )
+
+
+# PEFT initializations that rewrite the base weights when the adapter is loaded
+_REWRITES_BASE = ("pissa", "olora", "corda", "loftq")
+# adapter_config.json fields that change what PEFT computes beyond plain LoRA (set: refused)
+_VARIANTS = (
+    "alora_invocation_tokens",
+    "velora_config",
+    "monteclora_config",
+    "use_bdlora",
+    "arrow_config",
+    "kasa_config",
+    "layer_replication",
+    "use_qalora",
+    "loftq_config",
+)
 
 
 def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params) -> Params:
@@ -473,6 +505,7 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
     got = {k.removeprefix(_PREFIX): v for k, v in tensors.items()}
     base = _base_weights(lmodel, base_params, got)
     _check_names(weights_file, expected, {k: tuple(v.shape) for k, v in got.items()})
+    _check_ties(weights_file, lmodel, base_params, base)
     if base:
         try:
             base_params = _params.load_state_dict(
@@ -512,6 +545,33 @@ def _base_weights(lmodel: LoraModel, base_params: Params, got: dict[str, Any]) -
         if name in names:
             base[name] = got.pop(key)
     return base
+
+
+def _check_ties(file: Path, lmodel: LoraModel, base_params: Params, base: dict[str, Any]) -> None:
+    """A base weight saved for one side of a tied pair only (PEFT's ``modules_to_save``
+    on ``lm_head`` or the embedding, with its default ``ensure_weight_tying=False``)
+    that differs from the model's: PEFT unties the pair (the other side keeps its
+    weight), which a tied model cannot hold; a ``CheckpointError`` rather than both
+    sides changed."""
+    flat = None
+    for alias, original in lmodel.model.aliases().items():
+        saved = [n for n in (alias, original) if n in base]
+        if len(saved) != 1:
+            continue
+        if flat is None:
+            flat = _params.flatten(base_params)
+        if original in flat and not np.array_equal(
+            np.asarray(base[saved[0]], np.float32),
+            np.asarray(flat[original], np.float32),
+            equal_nan=True,
+        ):
+            raise _params.CheckpointError(
+                file,
+                f"it holds a new {saved[0]!r} but not {(alias, original)[saved[0] == alias]!r}, "
+                f"which the model ties to it ({alias!r} is {original!r}): PEFT unties the two "
+                "(modules_to_save without ensure_weight_tying=True), a tied model cannot; save "
+                "the adapter with ensure_weight_tying=True, or build the model untied",
+            )
 
 
 def _check_names(file: Path, expected: dict[str, tuple], got: dict[str, tuple]) -> None:

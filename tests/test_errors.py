@@ -65,7 +65,7 @@ TESTED_ELSEWHERE = {
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
     "layers/_capture.py": (3, "tests/test_capture.py"),
-    "lora.py": (11, "tests/test_lora.py"),
+    "lora.py": (14, "tests/test_lora.py"),
     "_lora_wrap.py": (7, "tests/test_lora.py"),
     "_lora_layers.py": (6, "tests/test_lora.py"),
     "layers/_fit.py": (7, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),

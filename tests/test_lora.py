@@ -456,6 +456,40 @@ def test_peft_default_save_of_embedding_targets_loads_with_its_base_weights(
         lora.load_adapter(folder, lmodel, base_params)
 
 
+def test_modules_to_save_on_one_side_of_a_tie_is_refused_not_applied_to_both(
+    torch, peft, gpt2, tmp_path
+):
+    """GPT-2's ``lm_head`` is tied to ``transformer.wte``. PEFT's ``modules_to_save``
+    copies only the named module (its default ``ensure_weight_tying=False`` unties the
+    pair), so a trained ``lm_head`` leaves the embedding as it was; a tied model cannot
+    hold that, so ``load_adapter`` refuses the folder (before: the shared weight took the
+    new head, changing the embedding too: logits 0.35 off PEFT's). With
+    ``ensure_weight_tying=True`` PEFT keeps the tie, and the folder loads and matches."""
+    base, model, base_params = gpt2
+    for i, tie in enumerate((False, True)):
+        config = peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["c_attn"], modules_to_save=["lm_head"],
+            ensure_weight_tying=tie,
+        )  # fmt: skip
+        theirs = peft.get_peft_model(copy.deepcopy(base), config)
+        _randomize(torch, theirs, 50 + i, only="lora_")
+        _randomize(torch, theirs, 60 + i, only="modules_to_save")
+        folder = tmp_path / f"tie-{tie}"
+        theirs.save_pretrained(folder)
+        lmodel = lora.wrap(model, ["c_attn"], r=4, lora_alpha=8)
+        if not tie:
+            with pytest.raises(
+                CheckpointError,
+                match=r"holds a new 'lm_head\.weight' but not 'transformer\.wte\.weight'",
+            ):
+                lora.load_adapter(folder, lmodel, base_params)
+            continue
+        with torch.no_grad():
+            expected = _logits(torch, peft.PeftModel.from_pretrained(copy.deepcopy(base), folder))
+        loaded = lora.load_adapter(folder, lmodel, base_params)
+        np.testing.assert_allclose(lmodel.apply(loaded, IDS), expected.numpy(), **TOL)
+
+
 def test_config_targets_are_a_regex_where_peft_would_take_in_more_modules(torch, peft, tmp_path):
     """PEFT reads a ``target_modules`` list as names matching any path equal to one or
     ending in ``.`` + one: a target ``fc`` would also take in ``head.fc``. The config
@@ -763,6 +797,24 @@ def test_load_adapter_rejects_files_that_do_not_fit(tmp_path):
         lora.load_adapter(variant("r", lambda c: {**c, "r": 3}), lmodel, base)
     with pytest.raises(CheckpointError, match=r"use_dora is True; lora.load_adapter reads plain"):
         lora.load_adapter(variant("dora", lambda c: {**c, "use_dora": True}), lmodel, base)
+    # PEFT initializations that rewrite the base when loading, and LoRA variants: named
+    for field, value, pattern in (
+        (
+            "init_lora_weights",
+            "pissa_niter_4",
+            r"init_lora_weights is 'pissa_niter_4': PEFT rewrites",
+        ),
+        ("init_lora_weights", "olora", r"init_lora_weights is 'olora'"),
+        ("alora_invocation_tokens", [5, 6], r"alora_invocation_tokens is \[5, 6\]: a LoRA variant"),
+        ("layer_replication", [[0, 1]], r"layer_replication is \[\[0, 1\]\]: a LoRA variant"),
+    ):
+        edited = variant(f"{field}-{value}", lambda c, f=field, v=value: {**c, f: v})
+        with pytest.raises(CheckpointError, match=pattern):
+            lora.load_adapter(edited, lmodel, base)
+    for harmless in ({"init_lora_weights": "gaussian"}, {"loftq_config": {}, "use_qalora": False}):
+        lora.load_adapter(
+            variant(f"ok-{sorted(harmless)[0]}", lambda c, h=harmless: {**c, **h}), lmodel, base
+        )
     other = lora.wrap(model, ["v_proj"], r=2, lora_alpha=4)
     lora.save_adapter(tmp_path / "other", other, lora.init(other, jax.random.key(1), base))
     with pytest.raises(
