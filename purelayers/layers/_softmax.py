@@ -57,6 +57,12 @@ def _need_axis(layer: str, x: Any, axis: int, name: str = "axis") -> None:
         )
 
 
+def _implicit_axis(ndim: int) -> int:
+    """torch's legacy choice for ``dim=None`` (``torch.nn.functional._get_softmax_dim``):
+    axis 0 for inputs of rank 0, 1 or 3, axis 1 for every other rank."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
 @dataclasses.dataclass(frozen=True)
 class _AlongAxis(Layer):
     """A parameter-free function along one axis of a floating-point input, as a layer."""
@@ -69,34 +75,48 @@ class _AlongAxis(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class Softmax(_AlongAxis):
-    """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``."""
+    """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``.
 
-    axis: int = -1
+    ``axis=None`` is torch's ``dim=None`` (its default, deprecated there): torch's
+    legacy implicit choice, axis 0 for inputs of rank 0, 1 or 3 and axis 1 otherwise.
+    Default ``-1``, the last axis.
+    """
+
+    axis: int | None = -1
 
     def __post_init__(self):
-        check_int("Softmax", "axis", self.axis, minimum=-(2**31))
+        if self.axis is not None:
+            check_int("Softmax", "axis", self.axis, minimum=-(2**31))
 
     def function(self, x):
-        _need_axis(type(self).__name__, x, self.axis)
+        axis = _implicit_axis(jnp.ndim(x)) if self.axis is None else self.axis
+        _need_axis(type(self).__name__, x, axis)
         if jnp.ndim(x) == 0:  # torch takes a scalar along dim 0 or -1
             return softmax(jnp.reshape(x, (1,)), 0)[0]
-        return softmax(x, self.axis)
+        return softmax(x, axis)
 
 
 @dataclasses.dataclass(frozen=True)
 class LogSoftmax(_AlongAxis):
-    """Log-softmax along ``axis``. Matches ``torch.nn.LogSoftmax(dim=axis)``."""
+    """Log-softmax along ``axis``. Matches ``torch.nn.LogSoftmax(dim=axis)``.
 
-    axis: int = -1
+    ``axis=None`` is torch's ``dim=None`` (its default, deprecated there): torch's
+    legacy implicit choice, axis 0 for inputs of rank 0, 1 or 3 and axis 1 otherwise.
+    Default ``-1``, the last axis.
+    """
+
+    axis: int | None = -1
 
     def __post_init__(self):
-        check_int("LogSoftmax", "axis", self.axis, minimum=-(2**31))
+        if self.axis is not None:
+            check_int("LogSoftmax", "axis", self.axis, minimum=-(2**31))
 
     def function(self, x):
-        _need_axis(type(self).__name__, x, self.axis)
+        axis = _implicit_axis(jnp.ndim(x)) if self.axis is None else self.axis
+        _need_axis(type(self).__name__, x, axis)
         if jnp.ndim(x) == 0:
             return log_softmax(jnp.reshape(x, (1,)), 0)[0]
-        return log_softmax(x, self.axis)
+        return log_softmax(x, axis)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +151,7 @@ class Softmin(_AlongAxis):
         """The axis normalized for an input of rank ``ndim``."""
         if self.dim is not None:
             return self.dim
-        return 0 if ndim in (0, 1, 3) else 1
+        return _implicit_axis(ndim)
 
     def function(self, x):
         axis = self.axis_for(jnp.ndim(x))

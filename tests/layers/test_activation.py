@@ -183,6 +183,9 @@ def test_options_match_torch_at_their_kinks(torch):
     for shape in [(), (5,), (2, 3), (2, 3, 4), (2, 3, 2, 2)]:  # implicit dim 0, 0, 1, 0, 1
         x = rng.standard_normal(shape).astype(np.float32)
         cases.append((L.Softmin(), nn.Softmin(), x))
+        # torch's nn.Softmax() / nn.LogSoftmax(): dim=None, the same implicit choice
+        cases.append((L.Softmax(None), nn.Softmax(), x))
+        cases.append((L.LogSoftmax(axis=None), nn.LogSoftmax(), x))
     for layer, module, x in cases:
         pl.testing.assert_matches_torch(layer, module, x)
 
