@@ -14,7 +14,7 @@ import jax
 
 from purelayers.layers._capture import paused
 from purelayers.layers._checks import LayerError, as_shape, check_shape, need_dtype
-from purelayers.layers._fit import check_fit, takes_two
+from purelayers.layers._fit import check_fit, remember, takes_two
 
 __all__ = ["unchecked"]
 
@@ -79,7 +79,11 @@ def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
         check_shape(type(self).__name__, shape)
         if users and hasattr(shape, "shape") and hasattr(shape, "dtype"):
             shape = as_shape(shape)
-        return raw(self, key, shape, *args, **kwargs)
+        params = raw(self, key, shape, *args, **kwargs)
+        most_derived = getattr(type(self).init, "unchecked", None) is raw
+        if most_derived and len(args) <= 1 and kwargs.keys() <= {"dtype"}:
+            remember(self, as_shape(shape), params)
+        return params
 
     init.unchecked = raw  # type: ignore[attr-defined]
     return init

@@ -11,6 +11,7 @@ covered by their parent's tree). A missing, unexpected or wrongly shaped entry r
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,11 +51,9 @@ def _expected(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
 
 
 class _Memo:
-    """The expected trees the check already built, by (layer, input spec, what): the
-    trees are pure functions of those, so this only saves tracing ``init`` again for
-    the next trace of the same layer and input. Bounded, least recently used out
-    first. ``init`` never fills it: what ``apply`` checks against comes from the
-    layer's configuration and the input alone."""
+    """The expected trees already built, by (layer, input spec, what): the trees are
+    pure functions of those, so this only saves tracing ``init`` again (``init`` itself
+    fills it). Bounded, least recently used out first."""
 
     def __init__(self, size: int = 512):
         self.size, self.items = size, collections.OrderedDict()
@@ -92,6 +91,17 @@ def _expected_cached(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
         value = _expected(layer, spec, what)
         _MEMO.put(key, value)
     return value
+
+
+def remember(layer: Any, shape: tuple[int, ...], params: Any) -> None:
+    """What ``init`` just built for ``shape``, so checking ``apply`` on that input
+    traces nothing more."""
+    spec = jax.ShapeDtypeStruct(shape, jnp.int32 if layer.takes_ids else jnp.float32)
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), params
+    )
+    with contextlib.suppress(TypeError):  # a layer holding an unhashable value
+        _MEMO.put((type(layer), _identity(layer), spec, "params"), abstract)
 
 
 def expected_tree(layer: Any, x: Any, what: str) -> Any:
