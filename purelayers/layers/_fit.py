@@ -53,7 +53,10 @@ def _expected(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
 class _Memo:
     """The expected trees already built, by (layer, input spec, what): the trees are
     pure functions of those, so this only saves tracing ``init`` again (``init`` itself
-    fills it). Bounded, least recently used out first."""
+    primes it). Bounded, least recently used out first. A cache, not state: ``apply``
+    takes every shape from its input and gives the same result and the same errors
+    without it (each miss traces ``init`` abstractly: about 0.19 s of the benchmark
+    transformer's first call in a fresh process, 14 ms of the LSTM's)."""
 
     def __init__(self, size: int = 512):
         self.size, self.items = size, collections.OrderedDict()
