@@ -99,4 +99,9 @@ def max_by_table(
         table = jnp.broadcast_to(table, (*lead, *table.shape))
     idx = jnp.take_along_axis(table, pos, axis=-1)[..., 0].astype(index_dtype())
     y = jnp.take_along_axis(flat, idx.reshape((*lead, math.prod(out))), axis=-1)
-    return y.reshape(idx.shape), idx
+    y = y.reshape(idx.shape)
+    if valid is not None and not np.all(np.any(valid, axis=-1)):
+        # a window wholly in padding (dilation past a short input): torch's value is
+        # -inf (its index points past the input, so nothing here is gathered from it)
+        y = jnp.where(np.any(valid, axis=-1), y, jnp.asarray(lowest(x.dtype), x.dtype))
+    return y, idx

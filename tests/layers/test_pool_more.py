@@ -124,6 +124,24 @@ def test_nan_windows_keep_the_last_nan_as_torch(torch, layer, shape):
     _nan_parity(torch, layer, _module(torch, layer), x)
 
 
+@pytest.mark.parametrize("nd", [1, 2])
+def test_a_window_wholly_in_padding_is_minus_inf_with_indices_too(torch, nd):
+    """``MaxPool(2, stride=2, padding=1, dilation=2)`` over a length-1 axis: the one
+    window's taps (-1 and 1) are both padding, and torch's value is -inf with or without
+    ``return_indices`` (its index there points past the input, so only the value is
+    compared; before, ours was NaN with indices, from a gather past the input)."""
+    x = np.full((1, 1, 1), 0.7, np.float32) if nd == 1 else np.arange(6.0, dtype=np.float32)
+    x = x.reshape(1, 1, 1, 6) if nd == 2 else x
+    args = dict(kernel_size=2, stride=2, padding=1, dilation=2)
+    for indices in (False, True):
+        module = getattr(torch.nn, f"MaxPool{nd}d")(**args, return_indices=indices)
+        want = module(torch.from_numpy(x))
+        want = (want[0] if indices else want).numpy()
+        got = getattr(L, f"MaxPool{nd}d")(**args, return_indices=indices).apply({}, x)
+        np.testing.assert_array_equal(np.asarray(got[0] if indices else got), want)
+        assert np.isneginf(want).any()
+
+
 @pytest.mark.parametrize(
     "layer", [L.MaxPool2d(3, 1, 1), L.MaxPool2d(2, 2, dilation=2), L.AdaptiveMaxPool2d(2)], ids=repr
 )
