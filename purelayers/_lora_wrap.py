@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from purelayers._lora_layers import SUPPORTED, _Lora, lora_layer
 from purelayers._patterns import check_pattern, matches
-from purelayers.layers import Remat, Repeat, Sequential, Tied
+from purelayers.layers import Linear, Remat, Repeat, Sequential, Tied
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["LoraModel", "join", "modules", "parse_targets", "resolve", "unwrap"]
@@ -165,8 +165,28 @@ def parse_targets(target_modules: Any) -> tuple[str, ...]:
     return tuple(check_pattern(t, f"lora.wrap: target_modules[{i}]") for i, t in enumerate(items))
 
 
+ALL_LINEAR = "all-linear"
+
+
+def _all_linear(model: Layer) -> tuple[str, ...]:
+    """PEFT's ``target_modules="all-linear"``: every ``Linear`` (GPT-2's ``Conv1D``
+    layout included) but the model's output layer (a causal LM's ``lm_head``, as
+    transformers' ``get_output_embeddings()``)."""
+    output = getattr(type(model), "output_embeddings", None)
+    found = tuple(
+        path for path, layer in modules(model) if isinstance(layer, Linear) and path != output
+    )
+    if not found:
+        raise ValueError(
+            f"lora.wrap: target_modules 'all-linear': {type(model).__name__} has no Linear layer"
+        )
+    return found
+
+
 def resolve(model: Layer, targets: tuple[str, ...]) -> tuple[str, ...]:
     """The paths of the layers ``targets`` select, in registration order."""
+    if targets == (ALL_LINEAR,):
+        return resolve(model, _all_linear(model))
     aliases = model.aliases()
     found, supported = [], []
     for path, layer in modules(model):

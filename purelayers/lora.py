@@ -113,7 +113,9 @@ def wrap(
         ``purelayers.models``' GPT-2 and Llama families); not already wrapped.
       target_modules: a name or a list of names and patterns (module docstring): names
         match a path equal to them or ending in ``.name`` (``"q_proj"``,
-        ``"attn.c_attn"``), patterns the whole path (``"*.h.*.attn.c_attn"``).
+        ``"attn.c_attn"``), patterns the whole path (``"*.h.*.attn.c_attn"``);
+        ``"all-linear"`` (PEFT's shorthand) every ``Linear`` but a causal LM's
+        ``lm_head``.
       r: the rank, a positive int. Default ``8``.
       lora_alpha: the scale numerator, > 0. Default ``8``.
       lora_dropout: dropout on each adapter's input in train mode, in ``[0, 1)``.

@@ -66,7 +66,7 @@ TESTED_ELSEWHERE = {
     "_labels.py": (9, "tests/test_labels.py"),
     "layers/_capture.py": (3, "tests/test_capture.py"),
     "lora.py": (14, "tests/test_lora.py"),
-    "_lora_wrap.py": (7, "tests/test_lora.py"),
+    "_lora_wrap.py": (8, "tests/test_lora.py"),
     "_lora_layers.py": (6, "tests/test_lora.py"),
     "layers/_fit.py": (7, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),
     "models/bert.py": (13, "tests/models/test_bert.py"),

@@ -490,6 +490,27 @@ def test_modules_to_save_on_one_side_of_a_tie_is_refused_not_applied_to_both(
         np.testing.assert_allclose(lmodel.apply(loaded, IDS), expected.numpy(), **TOL)
 
 
+@pytest.mark.parametrize("which", ["gpt2", "llama"])
+def test_all_linear_targets_what_peft_targets(torch, peft, request, tmp_path, which):
+    """``target_modules="all-linear"`` (PEFT's shorthand): every ``Linear`` (GPT-2's
+    ``Conv1D`` included) but the output layer ``lm_head``, the same modules PEFT wraps;
+    PEFT's adapter for it loads into ours with equal logits."""
+    base, model, base_params = request.getfixturevalue(which)
+    theirs = peft.get_peft_model(
+        copy.deepcopy(base), peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
+    )
+    lmodel = lora.wrap(model, "all-linear", r=4, lora_alpha=8)
+    assert sorted(lmodel.target_modules) == sorted(theirs.peft_config["default"].target_modules)
+    _randomize(torch, theirs, 70, only="lora_")
+    theirs.save_pretrained(tmp_path / which)
+    with torch.no_grad():
+        expected = _logits(torch, theirs)
+    loaded = lora.load_adapter(tmp_path / which, lmodel, base_params)
+    np.testing.assert_allclose(lmodel.apply(loaded, IDS), expected.numpy(), **TOL)
+    with pytest.raises(ValueError, match=r"target_modules 'all-linear': Sequential has no Linear"):
+        lora.wrap(L.Sequential([L.ReLU()]), "all-linear")
+
+
 def test_config_targets_are_a_regex_where_peft_would_take_in_more_modules(torch, peft, tmp_path):
     """PEFT reads a ``target_modules`` list as names matching any path equal to one or
     ending in ``.`` + one: a target ``fc`` would also take in ``head.fc``. The config

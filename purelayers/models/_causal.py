@@ -126,6 +126,7 @@ class CausalLM(Layer):
     config_class: ClassVar[type] = type(None)
     base_model_prefix: ClassVar[str] = ""
     embedding_name: ClassVar[str] = ""  # the lm_head's tied original, under backbone
+    output_embeddings: ClassVar[str] = "lm_head"  # transformers' get_output_embeddings()
     ignore_on_load: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
