@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from purelayers import _safetensors_io as _io
 from purelayers import params as _params
 from purelayers._labels import checkpoint_names
 from purelayers._lora_wrap import LoraModel
@@ -123,11 +122,7 @@ def check_ties(file: Path, lmodel: LoraModel, base_params: Params, base: dict[st
             continue
         if flat is None:
             flat = _params.flatten(base_params)
-        if original in flat and not np.array_equal(
-            np.asarray(base[saved[0]], np.float32),
-            np.asarray(flat[original], np.float32),
-            equal_nan=True,
-        ):
+        if original in flat and not _io.same_values(base[saved[0]], flat[original]):
             raise _params.CheckpointError(
                 file,
                 f"it holds a new {saved[0]!r} but not {(alias, original)[saved[0] == alias]!r}, "
