@@ -193,7 +193,7 @@ def _equal_values(flat: Mapping[str, Any]) -> Callable[[str, str], bool]:
     def equal(a: str, b: str) -> bool:
         if isinstance(flat[a], _io.Tensor) and isinstance(flat[b], _io.Tensor):
             return _io.same_values(flat[a], flat[b])  # a file's: compared block by block
-        return bool(np.array_equal(_to_numpy(flat[a]), _to_numpy(flat[b]), equal_nan=True))
+        return _io.same_values(_to_numpy(flat[a]), _to_numpy(flat[b]))
 
     return equal
 
@@ -266,16 +266,10 @@ def _refuse_non_numbers(flat: Mapping[str, Any], names: Any, who: str) -> None:
             continue
         if kind is None:
             kind = np.asarray(value).dtype.kind
-        if kind in "OUSVMm" and not _is_ml_dtype(value):
+        if kind in "OUSMm":  # (ml_dtypes' bfloat16 and float8 are kind "V": numbers)
             bad.append(f"{name!r} ({type(value).__name__})")
     if bad:
         raise ValueError(f"{who}: values that are not numbers under {', '.join(bad)}")
-
-
-def _is_ml_dtype(value: Any) -> bool:
-    """Whether ``value``'s dtype is one of ml_dtypes' (``bfloat16``, float8: kind ``V``)."""
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and type(np.dtype(dtype)).__module__.startswith("ml_dtypes")
 
 
 def _address(value: Any) -> tuple[Any, ...] | None:
