@@ -1,0 +1,5 @@
+"""normalization."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

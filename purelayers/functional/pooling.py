@@ -1,0 +1,5 @@
+"""pooling."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
