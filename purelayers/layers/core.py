@@ -31,7 +31,18 @@ from purelayers.layers._checks import (
     missing_params,
     need_dtype,
 )
-from purelayers.layers._field_checks import check_fields, checking_fields
+from purelayers.layers._compose import (
+    check_child_name,
+    check_static_train,
+    derived_init,
+    derived_init_state,
+    freeze_fields,
+    is_layers_dict,
+    is_layers_tuple,
+    recording_call,
+    with_path,
+)
+from purelayers.layers._field_checks import check_fields
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
@@ -40,8 +51,20 @@ Params = dict[str, Any]
 State = dict[str, Any]
 
 
+class _LayerType(type):
+    """Checks every layer's fields once it is built (after the class's own
+    ``__post_init__``, which stays the function the class wrote): bool fields hold a
+    bool, ``*_init`` fields an initializer, dict-of-layers fields are frozen."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        layer = super().__call__(*args, **kwargs)
+        freeze_fields(layer, Layer)
+        check_fields(layer)
+        return layer
+
+
 @dataclasses.dataclass(frozen=True)
-class Layer:
+class Layer(metaclass=_LayerType):
     """Base class of every layer: a frozen, hashable configuration.
 
     Subclasses are frozen dataclasses (decorate them with
@@ -93,12 +116,6 @@ class Layer:
         raw_state = cls.__dict__.get("init_state")
         if callable(raw_state) and not hasattr(raw_state, "unchecked"):
             cls.init_state = _checking_state_shape(raw_state)
-        post = cls.__dict__.get("__post_init__")
-        if callable(post) and not hasattr(post, "unchecked"):
-            cls.__post_init__ = checking_fields(post)
-
-    def __post_init__(self):
-        check_fields(self)
 
     # The input dtypes the layer computes on ("floating", "integer", "bool", "complex");
     # another raises LayerError naming the dtype. Containers take any and let children
@@ -110,15 +127,61 @@ class Layer:
         """Whether the input is integer ids rather than floating-point features."""
         return False
 
+    def __post_init__(self) -> None:
+        """Checks of the layer's own settings, in a subclass (none here)."""
+
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        """Initial parameters for inputs of ``shape``; ``{}`` for parameter-free layers."""
-        del key, shape, dtype
-        return {}
+        """Initial parameters for inputs of ``shape``.
+
+        Derived from ``apply`` when a layer does not write its own: ``apply`` runs once
+        abstractly on an input of ``shape`` (eval mode; a tuple of shapes or arrays for
+        an ``apply`` of several positional inputs) and each child is initialized at the
+        input it receives there, child ``i`` (its ordinal among the children with
+        parameters, in field order) with ``jax.random.fold_in(key, i)``. ``{}`` for a
+        layer without children.
+        """
+        return self.init_children(key, shape, dtype)
 
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
-        """Initial buffers (running statistics) for inputs of ``shape``; ``{}`` if none."""
-        del shape, dtype
-        return {}
+        """Initial buffers (running statistics) for inputs of ``shape``; derived from
+        ``apply`` as ``init`` is (each child's ``init_state`` at the input it receives);
+        ``{}`` if none."""
+        return derived_init_state(self, shape, dtype)
+
+    def init_children(
+        self, key: jax.Array, shape: Any, dtype: Any = jnp.float32, params: Params | None = None
+    ) -> Params:
+        """The children's params, each initialized at the input it receives in ``apply``
+        (see ``init``), in field order.
+
+        A layer with arrays of its own writes ``init`` and calls this for its children,
+        passing its own arrays as ``params`` so that ``apply`` can read them while it runs::
+
+            def init(self, key, shape, dtype=jnp.float32):
+                k_own, k_children = jax.random.split(key)
+                own = {"pos_emb": 0.02 * jax.random.normal(k_own, (16, 8), dtype)}
+                return {**own, **self.init_children(k_children, shape, dtype, own)}
+        """
+        return derived_init(self, key, shape, dtype, params)
+
+    def output_shape(self, shape: Any, dtype: Any = jnp.float32, **kwargs: Any) -> Any:
+        """The output's ``jax.ShapeDtypeStruct`` (a tree of them for several outputs) for
+        an input of ``shape``, without computing anything (``jax.eval_shape`` of ``init``
+        and ``apply``; ``kwargs`` go to ``apply``).
+
+        Example:
+          >>> L.Conv2d(8, 3, stride=2).output_shape((1, 3, 32, 32)).shape
+          (1, 8, 15, 15)
+        """
+        first = jnp.int32 if self.takes_ids else dtype
+        x = jax.ShapeDtypeStruct(as_shape(shape), input_dtype(shape, first))
+        params = jax.eval_shape(lambda: self.init(jax.random.key(0), x, dtype))
+        state = jax.eval_shape(lambda: self.init_state(x, dtype))
+        if jax.tree.leaves(state):
+            return jax.eval_shape(
+                lambda p, s, x: self.apply(p, x, state=s, **kwargs)[0], params, state, x
+            )
+        return jax.eval_shape(lambda p, x: self.apply(p, x, **kwargs), params, x)
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         raise NotImplementedError(f"{type(self).__name__} does not define apply")
@@ -150,20 +213,20 @@ class Layer:
     def children(self) -> dict[str, Layer]:
         """Child layers by checkpoint name: fields holding a layer, in field order.
 
-        A field holding a tuple of layers is one child container whose members are
-        named ``"0"``, ``"1"``, ... (``blocks.0.ln1.weight``, as ``torch.nn.ModuleList``).
+        A field holding a tuple of layers is a container of members named ``"0"``,
+        ``"1"``, ... (``blocks.0.ln1.weight``, as ``torch.nn.ModuleList``), and one holding
+        a dict of layers a container of members under its keys (``heads.cls.weight``, as
+        ``torch.nn.ModuleDict``); ``self.call("blocks.1", ...)`` applies one member.
         """
         out: dict[str, Layer] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Layer):
                 out[f.name] = value
-            elif (
-                isinstance(value, (tuple, list))
-                and value
-                and all(isinstance(v, Layer) for v in value)
-            ):
+            elif is_layers_tuple(value, Layer):
                 out[f.name] = Sequential(*value)
+            elif is_layers_dict(value, Layer):
+                out[f.name] = Sequential(dict(value))
         return out
 
     def aliases(self) -> dict[str, str]:
@@ -182,19 +245,33 @@ class Layer:
         return out
 
     def call(self, name: str, params: Params, x: Any, *args: Any, **kwargs: Any) -> Any:
-        """Apply the child ``name`` (a key of ``children()``) to ``x`` with ``params[name]``.
+        """Apply the child ``name`` to ``x`` with its part of ``params``.
 
-        This is the one way containers and composites run a child: errors raised inside
-        it then name its path (``Sequential[conv] Conv2d: ...``) and a child whose entry
-        is missing from ``params`` fails naming it. ``args`` and ``kwargs`` (``key``,
-        ``train``, ``state``, ``mask``, ...) go to the child's ``apply`` unchanged.
+        ``name`` is a key of ``children()`` or a dotted path below one (``"blocks.1"``, a
+        member of a tuple or dict field). This is the one way containers and composites
+        run a child: errors raised inside it then name its path (``Sequential[conv]
+        Conv2d: ...``) and a child whose entry is missing from ``params`` fails naming
+        it. Given ``state=`` (the composite's whole state tree), the child gets its own
+        part: a child with buffers returns ``(y, child_state)``, one without returns
+        ``y``. Other ``args`` and ``kwargs`` (``key``, ``train``, ``mask``, ...) go to the
+        child's ``apply`` unchanged.
         """
-        p = params.get(name, {}) if isinstance(params, Mapping) else {}
-        return apply_child(self, name, self._child(name), p, x, *args, **kwargs)
+        child = self._child(name)
+        check_static_train(type(self).__name__, kwargs.get("train", False))
+        recording_call(self, name, child, params, x, args, kwargs)
+        p = _part(params, name)
+        if "state" in kwargs:
+            part = _part(kwargs["state"], name) if kwargs["state"] is not None else None
+            if part is None or (isinstance(part, Mapping) and not jax.tree.leaves(part)):
+                kwargs = {k: v for k, v in kwargs.items() if k != "state"}
+            else:
+                kwargs = {**kwargs, "state": part}
+        return apply_child(self, name, child, p, x, *args, **kwargs)
 
     def init_child(self, name: str, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Any:
-        """``init`` of the child ``name`` (a key of ``children()``), with errors naming
-        its path as ``call`` does for ``apply`` (``Residual[body.1] Softmax: ...``)."""
+        """``init`` of the child ``name`` (a key of ``children()`` or a dotted path below
+        one), with errors naming its path as ``call`` does for ``apply``
+        (``Residual[body.1] Softmax: ...``)."""
         child = self._child(name)
         try:
             return child.init(key, shape, dtype)
@@ -202,16 +279,19 @@ class Layer:
             raise e.within(type(self).__name__, name) from None
 
     def _child(self, name: str) -> Layer:
-        kids = self.children()
-        if name not in kids:
-            raise LayerError(
-                type(self).__name__,
-                f"has no child {name!r}",
-                None,
-                None,
-                f"its children are {list(kids)}",
-            )
-        return kids[name]
+        layer: Layer = self
+        for part in name.split("."):
+            kids = layer.children()
+            if part not in kids:
+                raise LayerError(
+                    type(self).__name__,
+                    f"has no child {name!r}",
+                    None,
+                    None,
+                    f"its children are {list(self.children())}",
+                )
+            layer = kids[part]
+        return layer
 
     def ordered(self, tree: dict[str, Any]) -> dict[str, Any]:
         """``tree`` (params, state, or both merged) re-listed in PyTorch's order.
@@ -230,6 +310,13 @@ class Layer:
                 sub = tree[name]
                 out[name] = child.ordered(sub) if isinstance(sub, (dict, Stacked)) else sub
         return out
+
+
+def _part(tree: Any, name: str) -> Any:
+    """The entry of ``tree`` at the dotted ``name`` (``{}`` where a level is missing)."""
+    for part in name.split("."):
+        tree = tree.get(part, {}) if isinstance(tree, Mapping) else {}
+    return tree
 
 
 def apply_child(
@@ -261,6 +348,9 @@ def apply_child(
         else:
             err = missing_params(type(child).__name__, e, params)
         raise err.within(type(parent).__name__, name) from None
+    except Exception as e:
+        # any other exception keeps its type and gains the child's path in its message
+        raise with_path(e, type(parent).__name__, name, type(child).__name__) from None
 
 
 def _a_missing_buffer(child: Layer, key: Any, state: Any, x: Any) -> bool:
@@ -282,15 +372,6 @@ def _spec(shape: Any, dtype: Any) -> jax.ShapeDtypeStruct:
 
 def _abstract(tree: Any) -> Any:
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
-
-
-def _check_child_name(who: str, name: Any) -> str:
-    if not isinstance(name, str) or not name or "." in name:
-        raise ValueError(
-            f"{who}: child names must be non-empty strings without '.', got {name!r} "
-            "(a dot would split the checkpoint name)"
-        )
-    return name
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -349,7 +430,7 @@ class Sequential(Layer):
         numbered = all(name == str(i) for i, (name, _) in enumerate(pairs))
         seen: set[str] = set()
         for name, layer in pairs:
-            _check_child_name("Sequential", name)
+            check_child_name("Sequential", name)
             if name in seen:
                 raise ValueError(f"Sequential: two children are named {name!r}")
             seen.add(name)
@@ -446,7 +527,7 @@ class Sequential(Layer):
                 child_key = None if key is None else jax.random.fold_in(key, j)
                 if state is not None and name in state:
                     x, new_state[name] = self.call(
-                        name, params, x, key=child_key, train=train, state=state[name]
+                        name, params, x, key=child_key, train=train, state=state
                     )
                 else:
                     x = self.call(name, params, x, key=child_key, train=train)

@@ -101,7 +101,7 @@ def _run(
     state of those that have buffers into ``new_state``."""
     for name in names:
         if state is not None and name in state:
-            x, new_state[name] = layer.call(name, params, x, train=train, state=state[name])
+            x, new_state[name] = layer.call(name, params, x, train=train, state=state)
         else:
             x = layer.call(name, params, x, train=train)
     return x
