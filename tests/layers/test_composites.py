@@ -315,6 +315,6 @@ def test_any_exception_inside_a_child_carries_its_path():
 
 
 def test_output_shape():
-    heads = TinyUNet().output_shape(SHAPE)[0]  # a stateful layer: the output, not the state
+    heads = TinyUNet().output_shape(SHAPE)  # a stateful layer: the output, not the state
     assert [h.shape for h in heads] == [(2, 3, 8, 8), (2, 1, 8, 8)]
     assert L.Linear(5).output_shape((7, 3)).shape == (7, 5)
