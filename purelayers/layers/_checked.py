@@ -10,60 +10,72 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import jax
-
-from purelayers.layers._capture import paused
 from purelayers.layers._checks import LayerError, as_shape, check_shape, need_dtype
+from purelayers.layers._compose import check_static_train
 from purelayers.layers._fit import check_fit, remember, takes_two
 
 __all__ = ["unchecked"]
 
 
 def _checking(raw: Callable[..., Any]) -> Callable[..., Any]:
-    """``raw`` (a class's own ``apply``) preceded by the params (and state) check."""
+    """``raw`` (a class's own ``apply``) followed by the params (and state) check."""
 
     @functools.wraps(raw)
     def apply(self: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
         # only the most derived apply checks (not a super().apply call), and only when
         # given an input (positionally, as every layer takes it)
-        if args and getattr(type(self).apply, "unchecked", None) is raw:
-            need_dtype(type(self).__name__, args[0], self.accepts)
-            _check_call(self, raw, params, args, kwargs)
-        return raw(self, params, *args, **kwargs)
+        if not args or getattr(type(self).apply, "unchecked", None) is not raw:
+            return raw(self, params, *args, **kwargs)
+        need_dtype(type(self).__name__, args[0], self.accepts)
+        check_static_train(type(self).__name__, kwargs.get("train", False))
+        try:
+            out = raw(self, params, *args, **kwargs)
+        except LayerError as own:
+            raise _preferred(own, _misfit(self, params, args, kwargs)) from None
+        except Exception:
+            mismatch = _misfit(self, params, args, kwargs)
+            if mismatch is None:
+                raise
+            raise mismatch from None
+        mismatch = _misfit(self, params, args, kwargs)
+        if mismatch is not None:
+            raise mismatch
+        return out
 
     apply.unchecked = raw  # type: ignore[attr-defined]
     return apply
 
 
-def _check_call(layer: Any, raw: Callable[..., Any], params: Any, args: tuple, kwargs: dict):
+def _misfit(layer: Any, params: Any, args: tuple, kwargs: dict) -> LayerError | None:
+    """The first params (or state) entry that does not fit this input, or None."""
     x, state = args[0], kwargs.get("state")
     if takes_two(layer):
         if len(args) < 2:
-            return  # the layer's own apply names the missing input
+            return None  # the layer's own apply names the missing input
         x = args[:2]
     try:
         check_fit(layer, params, x, "params")
         if state is not None:
             check_fit(layer, state, x, "state")
     except LayerError as mismatch:
-        # Where the layer's own checks refuse this call (an input of the wrong width for
-        # these params, say), theirs is the message, and the misfit entry is named under it.
-        try:
-            with paused():
-                jax.eval_shape(lambda: raw(layer, params, *args, **kwargs))
-        except LayerError as own:
-            if mismatch.what.endswith(" dtype") and " entry " not in own.what:
-                # an entry of another kind is wrong whatever the input (the error it
-                # causes downstream, an integer activation, say, is only its symptom)
-                raise mismatch from None
-            if mismatch.what.endswith(" shape") and str(mismatch).splitlines()[0] not in str(own):
-                misfit = f"the params do not fit this input either: {str(mismatch).splitlines()[0]}"
-                own.hint = f"{own.hint}\n  {misfit}" if own.hint else misfit
-                own.args = (own._message(),)
-            raise
-        except Exception:  # the mismatch is the error to report
-            pass
-        raise mismatch from None
+        return mismatch
+    return None
+
+
+def _preferred(own: LayerError, mismatch: LayerError | None) -> LayerError:
+    """The error to report when the layer's own checks refused a call: theirs (an input
+    of the wrong width for these params, say), with a misfit entry named under it; but
+    an entry of another kind, which is wrong whatever the input (the error it causes
+    downstream is only its symptom)."""
+    if mismatch is None:
+        return own
+    if mismatch.what.endswith(" dtype") and " entry " not in own.what:
+        return mismatch
+    if mismatch.what.endswith(" shape") and str(mismatch).splitlines()[0] not in str(own):
+        misfit = f"the params do not fit this input either: {str(mismatch).splitlines()[0]}"
+        own.hint = f"{own.hint}\n  {misfit}" if own.hint else misfit
+        own.args = (own._message(),)
+    return own
 
 
 def _checking_shape(raw: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers._tree import Stacked
-from purelayers.layers._capture import active, paused, run_child
+from purelayers.layers._capture import paused, run_child
 from purelayers.layers._checked import (
     _checking,
     _checking_shape,
@@ -67,48 +67,44 @@ class _LayerType(type):
 class Layer(metaclass=_LayerType):
     """Base class of every layer: a frozen, hashable configuration.
 
-    Subclasses are frozen dataclasses (decorate them with
-    ``@dataclasses.dataclass(frozen=True)``) and override:
+    A subclass is a frozen dataclass (``@dataclasses.dataclass(frozen=True)``) with
+    ``apply(params, x, *, key=None, train=False) -> y``, pure; a layer with buffers also
+    takes ``state=`` and returns ``(y, new_state)``. Children are fields: a field holding
+    a layer, a tuple of layers (members ``blocks.0``, ``blocks.1``, as ``nn.ModuleList``)
+    or a dict of layers with string keys (``heads.cls``, as ``nn.ModuleDict``; held as
+    a hashable ``FrozenDict``). ``self.call(name, params, x, ...)`` applies one
+    (``self.call("blocks.1", params, h)``), naming its path in any error it raises.
 
-    - ``init(key, shape, dtype=jnp.float32) -> params``: ``shape`` is the full input
-      shape, batch axes included (an example array or ``jax.ShapeDtypeStruct`` is
-      accepted too). Build the dict in registration order: the layer's own arrays first,
-      in PyTorch's order, then each child under its field name.
-    - ``apply(params, x, *, key=None, train=False) -> y``: pure. Layers with buffers
-      also take ``state=`` and then return ``(y, new_state)``.
-    - ``init_state(shape, dtype=jnp.float32) -> state``: the buffers (``{}`` here).
-    - ``own_names() -> tuple[str, ...]``: the names of the layer's own arrays, once, in
-      PyTorch's order (``()`` here: a composite whose arrays are all in children).
+    ``init(key, shape, dtype)`` and ``init_state(shape, dtype)`` are derived from
+    ``apply`` (see ``init``); a layer writes its own ``init`` only for arrays of its
+    own, declared by name in ``own_names()`` (PyTorch's order), and can still have its
+    children initialized for it with ``init_children``.
 
-    Children are applied with ``self.call(name, params, x, ...)``, which names the
-    child's path in errors.
-
-    Params check: calling ``apply`` on a layer (the outermost one; its children are
-    covered by its tree) first compares ``params`` (and ``state=``) with the names and
-    shapes ``init`` (``init_state``) builds for that input, once per trace: a missing,
+    Params check: ``apply`` on a library layer (the outermost one; its children are
+    covered by its tree) compares ``params`` (and ``state=``) with the names and shapes
+    ``init`` (``init_state``) builds for that input, once per trace: a missing,
     unexpected or wrongly shaped entry raises ``LayerError`` naming the layer's path,
-    the key, expected and got. A subclass's ``apply`` gets this without doing anything.
+    the key, expected and got.
 
-    A custom composite, a pre-norm residual block::
-
-        @dataclasses.dataclass(frozen=True)
-        class Residual(L.Layer):
-            norm: L.Layer
-            body: L.Layer
-
-            def init(self, key, shape, dtype=jnp.float32):
-                return {"norm": self.norm.init(jax.random.fold_in(key, 0), shape, dtype),
-                        "body": self.body.init(jax.random.fold_in(key, 1), shape, dtype)}
-
-            def apply(self, params, x, *, key=None, train=False):
-                h = self.call("norm", params, x)
-                return x + self.call("body", params, h, key=key, train=train)
+    Example:
+      >>> @dataclasses.dataclass(frozen=True)
+      ... class Residual(L.Layer):
+      ...     norm: L.Layer = L.LayerNorm()
+      ...     body: L.Layer = L.Linear(4)
+      ...
+      ...     def apply(self, params, x, *, key=None, train=False):
+      ...         return x + self.call("body", params, self.call("norm", params, x))
+      >>> params = Residual().init(jax.random.key(0), (2, 4))
+      >>> list(pl.params.flatten(params))
+      ['norm.weight', 'norm.bias', 'body.weight', 'body.bias']
     """
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
+        # the library's own layers check the params they are given; a user's apply
+        # stays the function it is (its children are checked as ``call`` runs them)
         raw = cls.__dict__.get("apply")
-        if callable(raw) and not hasattr(raw, "unchecked"):
+        if callable(raw) and not hasattr(raw, "unchecked") and _in_library(cls):
             cls.apply = _checking(raw)
         raw_init = cls.__dict__.get("init")
         if callable(raw_init) and not hasattr(raw_init, "unchecked"):
@@ -185,14 +181,6 @@ class Layer(metaclass=_LayerType):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         raise NotImplementedError(f"{type(self).__name__} does not define apply")
-
-    def _runs_before(self, previous: Layer, x: Any) -> bool:
-        """Whether ``Sequential`` may apply this parameter-free layer before the
-        ``previous`` one (then ``previous`` on its output), given the input ``x`` of
-        ``previous``, with the same output and the same gradients. ``MaxPool`` says so
-        of a preceding ``ReLU``."""
-        del previous, x
-        return False
 
     # -- composition helpers -------------------------------------------------------
 
@@ -312,6 +300,10 @@ class Layer(metaclass=_LayerType):
         return out
 
 
+def _in_library(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "purelayers"
+
+
 def _part(tree: Any, name: str) -> Any:
     """The entry of ``tree`` at the dotted ``name`` (``{}`` where a level is missing)."""
     for part in name.split("."):
@@ -327,9 +319,11 @@ def apply_child(
     ``Layer.call`` looks the child up by name; containers that hold their children's
     params in another form (``Repeat``'s stacked blocks) call this directly.
     """
-    try:  # the parent's tree was checked: the child runs unchecked
+    # a checking parent's tree was checked: the child runs unchecked
+    run = unchecked(child) if hasattr(type(parent).apply, "unchecked") else child.apply
+    try:
         need_dtype(type(child).__name__, x, child.accepts)
-        return run_child(name, lambda: unchecked(child)(params, x, *args, **kwargs))
+        return run_child(name, lambda: run(params, x, *args, **kwargs))
     except LayerError as e:
         raise e.within(type(parent).__name__, name) from None
     except ValueError as e:
@@ -393,13 +387,6 @@ class Sequential(Layer):
 
     If any child has buffers (BatchNorm), ``init_state(shape)`` returns them under the
     child's name and ``apply(params, x, state=state)`` returns ``(y, new_state)``.
-
-    A ``ReLU`` directly followed by an unpadded ``MaxPool1d/2d/3d`` (no indices) on
-    floating-point inputs runs as the pool then the ReLU: the same output and
-    gradients, a ReLU over a fraction of the elements, and a backward pass that no
-    longer keeps the pool's input (the CNN benchmark's temporaries 42.6 -> 31.9 MiB,
-    its step 84.3 -> 70.9 ms; ``MaxPool2d``'s ``_runs_before``). A capture that wants
-    either output sees the written order.
 
     Shape:
       input: whatever the first layer takes; output: whatever the last one returns.
@@ -519,29 +506,15 @@ class Sequential(Layer):
         state: State | None = None,
     ) -> Any:
         new_state: State = {}
-        i = 0
-        while i < len(self.names):
-            order = [i + 1, i] if self._swapped(i, x) else [i]
-            for j in order:
-                name = self.names[j]
-                child_key = None if key is None else jax.random.fold_in(key, j)
-                if state is not None and name in state:
-                    x, new_state[name] = self.call(
-                        name, params, x, key=child_key, train=train, state=state
-                    )
-                else:
-                    x = self.call(name, params, x, key=child_key, train=train)
-            i += len(order)
+        for i, name in enumerate(self.names):
+            child_key = None if key is None else jax.random.fold_in(key, i)
+            if state is not None and name in state:
+                x, new_state[name] = self.call(
+                    name, params, x, key=child_key, train=train, state=state
+                )
+            else:
+                x = self.call(name, params, x, key=child_key, train=train)
         return x if state is None else (x, new_state)
-
-    def _swapped(self, i: int, x: Any) -> bool:
-        """Whether ``apply`` runs child ``i + 1`` before child ``i`` on ``x``: when child
-        ``i + 1``'s ``_runs_before`` accepts child ``i`` (a ``MaxPool`` after a ``ReLU``:
-        see there), unless a capture (``pl.capture``) wants either child's output."""
-        if i + 1 >= len(self.layers) or not self.layers[i + 1]._runs_before(self.layers[i], x):
-            return False
-        rec = active()
-        return rec is None or not any(rec.wanted(rec.name(n)) for n in self.names[i : i + 2])
 
 
 def _output_spec(layer: Layer, params: Any, state: Any, x: jax.ShapeDtypeStruct) -> Any:
