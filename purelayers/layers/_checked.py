@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from purelayers.layers._checks import LayerError, as_shape, check_shape, need_dtype
-from purelayers.layers._compose import check_static_train
+from purelayers.layers._compose import check_static_train, unchecked
 from purelayers.layers._fit import check_fit, remember, takes_two
 
 __all__ = ["unchecked"]
@@ -115,10 +115,3 @@ def _checking_state_shape(raw: Callable[..., Any]) -> Callable[..., Any]:
 
     init_state.unchecked = raw  # type: ignore[attr-defined]
     return init_state
-
-
-def unchecked(layer: Any) -> Callable[..., Any]:
-    """``layer.apply`` without the params check (for trees already checked)."""
-    fn = type(layer).apply
-    raw = getattr(fn, "unchecked", None)
-    return fn.__get__(layer) if raw is None else functools.partial(raw, layer)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -22,8 +23,16 @@ import jax.numpy as jnp
 
 from purelayers.layers._capture import paused
 from purelayers.layers._checks import LayerError, as_shape, input_dtype
+from purelayers.layers._fit import takes_two
 
-__all__ = ["FrozenDict", "check_child_name", "check_static_train", "members", "with_path"]
+__all__ = [
+    "FrozenDict",
+    "check_child_name",
+    "check_static_train",
+    "members",
+    "unchecked",
+    "with_path",
+]
 
 
 class FrozenDict(Mapping):
@@ -152,6 +161,13 @@ _RECORDING: contextvars.ContextVar[_Recording | None] = contextvars.ContextVar(
 )
 
 
+def unchecked(layer: Any) -> Callable[..., Any]:
+    """``layer.apply`` without the params check (for trees already checked)."""
+    fn = type(layer).apply
+    raw = getattr(fn, "unchecked", None)
+    return fn.__get__(layer) if raw is None else functools.partial(raw, layer)
+
+
 def _spec(x: Any) -> Any:
     return jax.ShapeDtypeStruct(tuple(jnp.shape(x)), jnp.result_type(x))
 
@@ -164,10 +180,7 @@ def child_input(child: Any, x: Any, args: tuple) -> Any:
     """What ``child.init`` takes for a call ``child.apply(params, x, *args)``: the specs
     of every positional array for a layer whose ``init`` is derived (it runs its apply on
     them all), of both inputs for a two-input layer (``Bilinear``), else of ``x``."""
-    from purelayers.layers._fit import takes_two
-    from purelayers.layers.core import Layer
-
-    if type(child).init is Layer.init and args and all(_is_array(a) for a in args):
+    if getattr(type(child).init, "derived", False) and args and all(_is_array(a) for a in args):
         return (_spec(x), *(_spec(a) for a in args))
     if takes_two(child) and args:
         return (tuple(jnp.shape(x)), tuple(jnp.shape(args[0])))
@@ -239,8 +252,6 @@ def _takes_state(layer: Any) -> bool:
 def record(layer: Any, shape: Any, dtype: Any, own: Any = None) -> _Recording:
     """Run ``layer.apply`` abstractly on an input of ``shape`` in eval mode, noting each
     child's input (see ``recording_call``)."""
-    from purelayers.layers._checked import unchecked
-
     rec = _Recording(layer, dtype)
     xs = _inputs(layer, shape, dtype)
     stateful = _takes_state(layer)
@@ -274,11 +285,12 @@ def _has_arrays(child: Any, layer_type: type) -> bool:
     return bool(child.own_names()) or bool(members(child, layer_type)) or bool(child.children())
 
 
-def derived_init(layer: Any, key: jax.Array, shape: Any, dtype: Any, own: Any = None) -> dict:
-    """The children's params, each initialized at the input it receives in ``apply``."""
-    from purelayers.layers.core import Layer
-
-    kids = members(layer, Layer)
+def derived_init(
+    layer: Any, layer_type: type, key: jax.Array, shape: Any, dtype: Any, own: Any = None
+) -> dict:
+    """The children's params, each initialized at the input it receives in ``apply``
+    (``layer_type``: the class of layers)."""
+    kids = members(layer, layer_type)
     if not kids:
         return {}
     rec = record(layer, shape, dtype, own)
@@ -286,7 +298,7 @@ def derived_init(layer: Any, key: jax.Array, shape: Any, dtype: Any, own: Any = 
     ordinal = 0
     for name, child in kids:
         if name not in rec.inputs:
-            if _has_arrays(child, Layer):
+            if _has_arrays(child, layer_type):
                 raise _unreached(layer, name, child, shape)
             continue
         if not jax.tree.leaves(rec.params[name]):
@@ -300,11 +312,9 @@ def derived_init(layer: Any, key: jax.Array, shape: Any, dtype: Any, own: Any = 
     return out
 
 
-def derived_init_state(layer: Any, shape: Any, dtype: Any) -> dict:
+def derived_init_state(layer: Any, layer_type: type, shape: Any, dtype: Any) -> dict:
     """The children's buffers, each built for the input it receives in ``apply``."""
-    from purelayers.layers.core import Layer
-
-    kids = members(layer, Layer)
+    kids = members(layer, layer_type)
     if not kids or not _takes_state(layer):
         return {}
     rec = record(layer, shape, dtype)

@@ -138,11 +138,13 @@ class Layer(metaclass=_LayerType):
         """
         return self.init_children(key, shape, dtype)
 
+    init.derived = True  # type: ignore[attr-defined]
+
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
         """Initial buffers (running statistics) for inputs of ``shape``; derived from
         ``apply`` as ``init`` is (each child's ``init_state`` at the input it receives);
         ``{}`` if none."""
-        return derived_init_state(self, shape, dtype)
+        return derived_init_state(self, Layer, shape, dtype)
 
     def init_children(
         self, key: jax.Array, shape: Any, dtype: Any = jnp.float32, params: Params | None = None
@@ -158,7 +160,7 @@ class Layer(metaclass=_LayerType):
                 own = {"pos_emb": 0.02 * jax.random.normal(k_own, (16, 8), dtype)}
                 return {**own, **self.init_children(k_children, shape, dtype, own)}
         """
-        return derived_init(self, key, shape, dtype, params)
+        return derived_init(self, Layer, key, shape, dtype, params)
 
     def output_shape(self, shape: Any, dtype: Any = jnp.float32, **kwargs: Any) -> Any:
         """The output's ``jax.ShapeDtypeStruct`` (a tree of them for several outputs) for
