@@ -42,7 +42,7 @@ import pytest
 
 import purelayers as pl
 from purelayers import layers as L
-from purelayers.layers._checks import LayerError
+from purelayers.layers.errors import LayerError
 from purelayers.params import CheckpointError
 from tests import catalog
 from tests.composites import Residual

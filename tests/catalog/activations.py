@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purelayers import layers as L
-from purelayers.layers._checks import LayerError
+from purelayers.layers.errors import LayerError
 from tests.case import KINKS, Case, act
 
 # KINKS (0 and +-3) and a row on these layers' own kinks: Hardtanh's +-1, the shrinks'
