@@ -384,6 +384,22 @@ class Tensor(NamedTuple):
         mm.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
+def to_numpy(value: Any) -> np.ndarray:
+    """A host array from numpy, JAX, or torch values (torch is never imported), or a
+    checkpoint file's tensor (read). It may share memory with ``value``."""
+    if isinstance(value, Tensor):
+        return value.read()
+    if type(value).__module__.startswith("torch"):
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":
+            # numpy has no bfloat16: the same bits, read as int16 and viewed as
+            # ml_dtypes' bfloat16 (no float32 copy on the way)
+            torch = sys.modules[type(tensor).__module__.split(".")[0]]  # loaded: it made it
+            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return tensor.numpy()
+    return np.asarray(value)
+
+
 def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 

@@ -13,8 +13,7 @@ import jax
 import numpy as np
 
 from purelayers import _safetensors_io as _io
-from purelayers._tree import flatten, merge, unflatten
-from purelayers.params import _aliases, _to_numpy
+from purelayers._tree import flatten, merge, model_aliases, unflatten
 
 __all__ = ["save"]
 
@@ -59,7 +58,7 @@ def _entry(name: str, leaf: Any) -> _io.Entry:
             "values): save arrays, such as init's or load_into's"
         )
     if type(leaf).__module__.startswith("torch") or not hasattr(leaf, "dtype"):
-        host = _to_numpy(leaf)
+        host = _io.to_numpy(leaf)
         leaf, fetch = host, lambda: host
     else:
         fetch = lambda: _host_array(leaf)  # noqa: E731 (copied to the host when written)
@@ -157,7 +156,7 @@ def save(
         if model is None:
             raise ValueError("save: write_aliases=True needs model= (the layer that ties them)")
         written: dict[str, str] = {}
-        for alias, original in _aliases(model, "save").items():
+        for alias, original in model_aliases(model, "save").items():
             if original not in flat:
                 raise ValueError(f"save: {original!r}, the original of {alias!r}, is not in params")
             flat[alias] = flat[original]

@@ -10,8 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers._save import _in_model_order
-from purelayers._tree import Stacked, merge
-from purelayers.params import _aliases, _specs
+from purelayers._tree import Stacked, merge, model_aliases, specs
 
 __all__ = ["summary"]
 
@@ -60,10 +59,10 @@ def summary(model: Any, params: Any = None, state: Any = None) -> str:
                 f"summary: {what} must be a tree of arrays (model.init's result), got a leaf "
                 f"{bad[0]!r} in {type(tree).__name__} {tree!r:.80}"
             )
-    kinds = {name: "trainable" for name in _specs(params or {})}
-    kinds.update({name: "buffer" for name in _specs(state or {})})
-    flat = _specs(merge(params or {}, state or {}))
-    for alias, original in _aliases(model, "summary").items():
+    kinds = {name: "trainable" for name in specs(params or {})}
+    kinds.update({name: "buffer" for name in specs(state or {})})
+    flat = specs(merge(params or {}, state or {}))
+    for alias, original in model_aliases(model, "summary").items():
         if original in flat and alias not in flat:
             flat[alias], kinds[alias] = flat[original], f"tied to {original}"
     flat = _in_model_order(model, flat)

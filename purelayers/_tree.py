@@ -18,7 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["BlockKey", "Stacked", "count", "fill", "flatten", "merge", "unflatten"]
+__all__ = [
+    "BlockKey",
+    "Stacked",
+    "count",
+    "dtype_of",
+    "fill",
+    "flatten",
+    "merge",
+    "model_aliases",
+    "specs",
+    "unflatten",
+]
 
 
 class BlockKey:
@@ -273,3 +284,22 @@ def fill(template: Any, get: Get) -> Any:
         return get(prefixes, tree, lead)
 
     return go(template, ("",), ())
+
+
+def dtype_of(like: Any) -> Any:
+    """The dtype of an array or of a ``jax.ShapeDtypeStruct``."""
+    return like.dtype if isinstance(like, jax.ShapeDtypeStruct) else jnp.result_type(like)
+
+
+def specs(tree: Any) -> dict[str, jax.ShapeDtypeStruct]:
+    """The flat names of ``tree`` with each block's shape and dtype (nothing sliced)."""
+    return flatten(fill(tree, lambda _, a, __: jax.ShapeDtypeStruct(np.shape(a), dtype_of(a))))
+
+
+def model_aliases(model: Any, who: str) -> dict[str, str]:
+    """``model``'s tied names (``{alias: original}``); none without a model."""
+    if model is None:
+        return {}
+    if not callable(getattr(model, "aliases", None)):
+        raise ValueError(f"{who}: model must be a purelayers Layer, got {model!r}")
+    return model.aliases()

@@ -17,21 +17,25 @@ Optimizer labels and masks by name: ``label(params, rules)`` and ``mask(params, 
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from purelayers import _safetensors_io as _io
 from purelayers._labels import label, mask, matches
 from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
 from purelayers._safetensors_io import CheckpointError
+from purelayers._safetensors_io import to_numpy as _to_numpy
+from purelayers._save import save
+from purelayers._summary import summary
 from purelayers._tree import Stacked, count, fill, flatten, merge, take_block, unflatten
+from purelayers._tree import dtype_of as _dtype
+from purelayers._tree import model_aliases as _aliases
+from purelayers._tree import specs as _specs
 
 __all__ = [
     "PURELAYERS_TO_TORCH_MHA",
@@ -61,22 +65,6 @@ __all__ = [
 # -- loading by name ------------------------------------------------------------------
 
 
-def _to_numpy(value: Any) -> np.ndarray:
-    """A host array from numpy, JAX, or torch values (torch is never imported), or a
-    checkpoint file's tensor (read). It may share memory with ``value``."""
-    if isinstance(value, _io.Tensor):
-        return value.read()
-    if type(value).__module__.startswith("torch"):
-        tensor = value.detach().cpu()
-        if str(tensor.dtype) == "torch.bfloat16":
-            # numpy has no bfloat16: the same bits, read as int16 and viewed as
-            # ml_dtypes' bfloat16 (no float32 copy on the way)
-            torch = sys.modules[type(tensor).__module__.split(".")[0]]  # loaded: it made it
-            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return tensor.numpy()
-    return np.asarray(value)
-
-
 def _owned_copy(value: Any, dtype: Any, out: np.ndarray | None = None) -> np.ndarray:
     """``value`` (numpy, torch, JAX, or a file's tensor) copied once into an array that
     nothing else references (``_io.owned``), cast to ``dtype`` on the way."""
@@ -104,15 +92,6 @@ class IncompatibleKeys(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
-
-
-def _aliases(model: Any, who: str) -> dict[str, str]:
-    """``model``'s tied names (``{alias: original}``); none without a model."""
-    if model is None:
-        return {}
-    if not callable(getattr(model, "aliases", None)):
-        raise ValueError(f"{who}: model must be a purelayers Layer, got {model!r}")
-    return model.aliases()
 
 
 def _match(
@@ -178,15 +157,6 @@ def _match(
                 "names; nothing was loaded"
             )
     return source, keys
-
-
-def _specs(tree: Any) -> dict[str, jax.ShapeDtypeStruct]:
-    """The flat names of ``tree`` with each block's shape and dtype (nothing sliced)."""
-    return flatten(fill(tree, lambda _, a, __: jax.ShapeDtypeStruct(np.shape(a), _dtype(a))))
-
-
-def _dtype(like: Any) -> Any:
-    return like.dtype if isinstance(like, jax.ShapeDtypeStruct) else jnp.result_type(like)
 
 
 def _equal_values(flat: Mapping[str, Any]) -> Callable[[str, str], bool]:
@@ -519,8 +489,3 @@ def load_into(
     if not strict:
         _warn_unmatched(keys, "load_into")
     return result if state is not None else result[0]
-
-
-# Saving and the summary table live in their own modules; they use the helpers above.
-from purelayers._save import save  # noqa: E402
-from purelayers._summary import summary  # noqa: E402

@@ -154,10 +154,9 @@ def batch_sharding(
     """Batches split along their axis ``axis`` (default the first; ``1`` for time-major
     sequences ``(T, B, ...)``, as ``LSTM``'s) over mesh axis (or axes) ``axes``.
 
-    On a CPU with few cores this is also how a recurrent model uses them: the benchmark's
-    LSTM training step (batch 32, hidden 256, 100 steps) over two host devices
-    (``jax_num_cpu_devices``) took 0.73-0.76x the time on one, on a 2-core Intel Xeon
-    (README, "The batch over host devices")."""
+    On a CPU with few cores this is also how a recurrent model uses them: over two host
+    devices (``jax_num_cpu_devices``) the LSTM benchmark's training step takes about a
+    quarter less time than on one (README, "The batch over host devices")."""
     if isinstance(axis, bool) or not isinstance(axis, int) or axis < 0:
         raise ValueError(f"batch_sharding: axis must be an int >= 0, got {axis!r}")
     return NamedSharding(mesh, P(*([None] * axis), axes))

@@ -1,4 +1,5 @@
-"""A registry case: one layer, its example input, its torch twin and what to check.
+"""A registry case: one layer, its example input, its torch twin, its error-catalog
+entries and what to check.
 
 ``tests/registry.py`` lists the first round's cases; each family module of
 ``tests/catalog/`` lists its own. ``act`` builds an elementwise activation's case.
@@ -35,7 +36,17 @@ class Case:
     alone); its ``gradcheck`` then holds every input's small shape, ``(x, *extra)``.
     ``extra_x()`` gives the extra inputs themselves where they are not standard normal
     (``MaxUnpool2d``'s integer indices): the same arrays at every seed; integer ones are
-    not differentiated."""
+    not differentiated.
+
+    ``errors``: the layer's error-catalog entries, ``(id, trigger, exception type,
+    message regex)`` as ``tests/test_errors.py`` runs them (``pytest.raises(type,
+    match=regex)`` around ``trigger()``): bad constructor arguments, inputs it refuses.
+    ``tests/test_errors.py`` collects them from every case, so a new layer's raise sites
+    are covered from its row.
+
+    A layer torch has no class for gets a twin, a ``torch.nn.Module`` built in the test
+    with our names: a builder beside its row (in the family's ``tests/catalog/`` module),
+    or in ``tests/twins.py`` when several rows share it."""
 
     id: str
     make: Callable[[], L.Layer]
@@ -52,6 +63,7 @@ class Case:
     rtol: float = 1e-5
     atol: float = 1e-5
     gradcheck: tuple[int, ...] | str | None = None
+    errors: tuple[tuple[str, Callable[[], Any], type[BaseException], str], ...] = ()
 
     @property
     def shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -89,10 +101,14 @@ _K = np.array([-30.0, -4.0, -3.0, -2.5, -1.0, -1e-3, 0.0, 1e-3, 0.5, 2.9, 3.0, 3
 KINKS = np.stack([_K, -_K[::-1] * 0.5]).astype(np.float32)
 
 
-def act(name, make, torch_make=None, gradcheck=(2, 5)):
+def act(name, make, torch_make=None, gradcheck=(2, 5), errors=()):
     """An elementwise activation: contract at ``(2, 3, 4)``, parity at the kinks,
-    gradcheck at a random ``(2, 5)`` input (no entry within ``1e-6`` of a kink)."""
+    gradcheck at a random ``(2, 5)`` input (no entry within ``1e-6`` of a kink);
+    ``errors``: its error-catalog entries (``Case.errors``)."""
     twin = torch_make if callable(torch_make) else None
     if isinstance(torch_make, str):
         twin = lambda t: getattr(t.nn, torch_make)()  # noqa: E731
-    return Case(name, make, (2, 3, 4), (2, 3, 4), twin, x=lambda: KINKS, gradcheck=gradcheck)
+    return Case(
+        name, make, (2, 3, 4), (2, 3, 4), twin, x=lambda: KINKS, gradcheck=gradcheck,
+        errors=tuple(errors),
+    )  # fmt: skip

@@ -1,12 +1,19 @@
 """Every public layer, with example arguments, inputs, a torch twin and what to check.
 
-One ``Case`` drives all of a layer's table checks in ``tests/test_layers.py``: the
-contract (names, shapes, jit, vmap, grad, dtypes, hashing), torch parity of outputs and
-derivatives (``pl.testing.assert_matches_torch``, weights copied in by name from the
-randomized twin) and ``pl.testing.gradcheck``. A new layer joins by adding a ``Case``
-here; ``test_every_public_layer_is_registered`` fails while a public layer is missing.
-Family test files keep what a table cannot say: worked examples, algorithm-specific
-cases, hand-derived values.
+One ``Case`` drives all of a layer's table checks: the contract (names, shapes, jit,
+vmap, grad, dtypes, hashing), torch parity of outputs and derivatives
+(``pl.testing.assert_matches_torch``, weights copied in by name from the randomized
+twin) and ``pl.testing.gradcheck`` in ``tests/test_layers.py``; params, state and
+inputs that do not fit in ``tests/test_bad_input.py``; and the error catalog
+(``tests/test_errors.py`` runs each case's ``errors``).
+
+A new layer joins by one ``Case`` row, here or in its family's ``tests/catalog/``
+module: ``torch=`` builds ``torch.nn``'s class (or a twin written beside the row, for a
+layer torch has none of), ``errors=`` lists its error-catalog entries.
+``test_every_public_layer_is_registered`` fails while a public layer is missing, and
+``test_every_raise_site_is_in_the_catalog`` while one of its raise sites is reached by no
+entry. Family test files keep what a table cannot say: worked examples,
+algorithm-specific cases, hand-derived values.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from purelayers import layers as L
 from tests import catalog, twins
 from tests.case import KINKS, Case, act
 
-__all__ = ["CASES", "KINKS", "Case"]
+__all__ = ["CASES", "ERRORS", "KINKS", "Case"]
 
 
 def _mha(module, x):
@@ -186,3 +193,6 @@ CASES = [
          gradcheck=(2, 5)),
 ]  # fmt: skip
 CASES += catalog.CASES
+
+# Every case's error-catalog entries, and the catalog modules' entries of no single case.
+ERRORS = [entry for case in CASES for entry in case.errors] + catalog.ERRORS

@@ -27,7 +27,7 @@ import pytest
 import purelayers as pl
 from purelayers import layers as L
 from purelayers import models as M
-from purelayers.layers._checks import LayerError
+from purelayers.layers.errors import LayerError
 from purelayers.params import Stacked
 from tests import twins
 from tests.registry import CASES as ALL_CASES

@@ -52,7 +52,9 @@ def test_every_case_is_checked_against_torch_and_gradchecked_or_says_why():
     assert len(CASES) >= len(public_layer_classes())
     assert np.unique([c.id for c in CASES]).size == len(CASES)
     no_twin = [c.id for c in CASES if c.torch is None]
-    assert not no_twin, f"give these cases a torch twin (tests/twins.py): {no_twin}"
+    assert not no_twin, (
+        f"give these cases a torch twin (torch.nn's class, or one built beside the row): {no_twin}"
+    )
     for c in CASES:
         if isinstance(c.gradcheck, str):
             assert c.gradcheck.strip(), f"{c.id}: say why it is not gradchecked"

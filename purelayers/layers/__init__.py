@@ -6,7 +6,6 @@ exports exactly those: a new layer joins its family module's ``__all__`` and not
 
 import importlib as _importlib
 
-from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import *
 from purelayers.layers.attention import *
 from purelayers.layers.bilinear import *
@@ -18,6 +17,7 @@ from purelayers.layers.embedding import *
 from purelayers.layers.embedding_bag import *
 from purelayers.layers.encoder_decoder import *
 from purelayers.layers.encoder_decoder_stack import *
+from purelayers.layers.errors import LayerError
 from purelayers.layers.fold import *
 from purelayers.layers.fractional import *
 from purelayers.layers.instancenorm import *

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers import layers as L
-from purelayers.layers._checks import LayerError
+from purelayers.layers.errors import LayerError
 from tests.case import Case
 
 KEY = jax.random.key(0)
