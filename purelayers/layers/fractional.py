@@ -17,7 +17,8 @@ is where its gradient goes.
 The samples are drawn from ``key`` (``samples(key, x.shape)``: uniform, shape ``(N, C,
 nd)``, ``N = 1`` for an unbatched input), in every mode: torch draws new ones on every
 call, in training and evaluation alike, so ``key`` is required and the same key gives
-the same output. ``random_samples=`` gives them instead (torch's ``_random_samples``);
+the same output. ``random_samples=`` gives them instead (torch's ``_random_samples``, of
+at least ``N`` rows: as torch, the first ``N`` are used, also for an unbatched input);
 in 2-d, ``[..., 0]`` is the width's and ``[..., 1]`` the height's sample, as torch; in
 3-d, ``[..., 0]``, ``[..., 1]``, ``[..., 2]`` are depth, height, width.
 
@@ -153,11 +154,13 @@ class _FractionalMaxPoolNd(Layer):
             u = self.samples(key, x.shape, x.dtype)
         else:
             u = jnp.asarray(random_samples, x.dtype)
-            if u.shape != (*x.shape[:2], nd):
+            if u.ndim != 3 or u.shape[0] < x.shape[0] or u.shape[1:] != (x.shape[1], nd):
                 raise LayerError(
                     name, "random_samples shape", (*x.shape[:2], nd), u.shape,
-                    "one sample in [0, 1) per batch element, channel and spatial axis",
+                    "one sample in [0, 1) per batch element, channel and spatial axis (more "
+                    "rows than the batch are allowed: the first ones are used, as in torch)",
                 )  # fmt: skip
+            u = u[: x.shape[0]]  # as torch: the first rows, more than the batch allowed
         # torch's 2-d kernel reads the width's sample first; the 3-d one depth first
         order = (1, 0) if nd == 2 else tuple(range(nd))
         strides = [math.prod(spatial[a + 1 :]) for a in range(nd)]

@@ -10,7 +10,9 @@ which is ``(sum x^p) ** (1/p)`` over full windows (``p = 1``: the sum; large ``p
 nearly the max). A ``ceil_mode`` window that hangs past the input averages the elements
 it holds, then is scaled by the full ``K``, as torch. Negative ``x`` with a non-integer
 ``p``, or a negative power sum with an even root, give NaN, as torch. At a window of
-zeros the gradient is ``0`` (torch's ``relu`` passes none at 0).
+zeros the gradient is ``0`` (torch's ``relu`` passes none at 0); in a window whose power
+sum is NaN (a negative element with a non-integer ``p``) it is NaN for every element, as
+torch's (its ``relu`` passes a NaN on).
 
 Args:
   norm_type: the power ``p``, a nonzero finite number.
@@ -79,7 +81,10 @@ class _LPPoolNd(Layer):
         need_nonempty(name, x)
         p = float(self.norm_type)
         m = self._avg()._average(x**p, name)
-        z = jnp.sign(m) * jax.nn.relu(jnp.abs(m)) * math.prod(self.kernel_size)
+        # torch's relu, ``0 if a <= 0 else a``: its derivative passes a NaN on (``jax.nn.relu``'s
+        # is 0 there), so a window with a NaN power sum has a NaN gradient throughout
+        a = jnp.abs(m)
+        z = jnp.sign(m) * jnp.where(a <= 0, jnp.zeros_like(a), a) * math.prod(self.kernel_size)
         # the root's derivative at a window of zeros is 0 in forward mode as in reverse
         # (where ``z ** (1/p)``'s own rule gives inf * 0 = NaN); its value stays z ** (1/p)
         safe = jnp.where(z == 0, jnp.ones_like(z), z)

@@ -226,6 +226,21 @@ def test_lppool_nan_where_torch_has_nan(torch):
     _nan_parity(torch, L.LPPool1d(3, 2), torch.nn.LPPool1d(3, 2), x)
 
 
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_lppool_nan_power_sum_gives_the_whole_window_a_nan_gradient_as_torch(torch, nd):
+    """p = 1.5 over a window holding a negative element: its power sum is NaN, and torch's
+    relu passes that NaN on to every element of the window, the non-negative ones too;
+    the other windows keep finite gradients."""
+    x = np.abs(np.random.default_rng(nd).standard_normal((1, 2) + (4,) * nd))
+    x[(0, 0) + (0,) * nd] = -1.0  # the first window of channel 0 only
+    layer, module = getattr(L, f"LPPool{nd}d")(1.5, 2), getattr(torch.nn, f"LPPool{nd}d")(1.5, 2)
+    _nan_parity(torch, layer, module, x)
+    grad = jax.grad(lambda v: jnp.sum(layer.apply({}, v)))(jnp.asarray(x))
+    window = (0, 0) + (slice(0, 2),) * nd
+    assert np.isnan(np.asarray(grad)[window]).all()
+    assert np.isnan(np.asarray(grad)).sum() == 2**nd
+
+
 def test_lppool_errors_name_the_layer():
     with pytest.raises(LayerError, match=r"^LPPool2d: output size per spatial axis expected >= 1"):
         L.LPPool2d(2, 4).apply({}, jnp.ones((1, 1, 3, 5)))
@@ -268,6 +283,24 @@ def test_fractional_matches_torch_given_its_samples(torch, layer, shape):
     module = _twin(torch, type(layer).__name__, layer.kernel_size, output_size=layer.output_size,
                    output_ratio=layer.output_ratio, return_indices=True)  # fmt: skip
     _parity(torch, layer, module, x, torch_call=_frac_call(torch, layer, u), random_samples=u)
+
+
+@pytest.mark.parametrize("nd, shape", [(2, (3, 7, 6)), (3, (4, 7, 7, 7)), (3, (2, 4, 7, 7, 7))])
+def test_fractional_random_samples_of_more_rows_than_the_batch_use_the_first(torch, nd, shape):
+    """torch takes ``_random_samples`` of at least the batch's rows (one for an unbatched
+    input) and reads the first ones; fewer rows than the batch are an error."""
+    layer = getattr(L, f"FractionalMaxPool{nd}d")(2, output_size=3, return_indices=True)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    u = rng.random((3, shape[-nd - 1], nd)).astype(np.float32)
+    module = _twin(torch, type(layer).__name__, 2, output_size=3, return_indices=True)
+    _parity(torch, layer, module, x, torch_call=_frac_call(torch, layer, u), random_samples=u)
+    with pytest.raises(
+        LayerError, match=r"random_samples shape expected \(2, 4, 3\), got \(1, 4, 3\)"
+    ):
+        L.FractionalMaxPool3d(2, output_size=3).apply(
+            {}, np.ones((2, 4, 7, 7, 7)), random_samples=np.zeros((1, 4, 3))
+        )
 
 
 def test_fractional_key_draws_the_windows_in_every_mode():
