@@ -55,8 +55,8 @@ class _Memo:
     pure functions of those, so this only saves tracing ``init`` again (``init`` itself
     primes it). Bounded, least recently used out first. A cache, not state: ``apply``
     takes every shape from its input and gives the same result and the same errors
-    without it (each miss traces ``init`` abstractly: about 0.19 s of the benchmark
-    transformer's first call in a fresh process, 14 ms of the LSTM's)."""
+    without it (each miss traces ``init`` abstractly, a visible share of a transformer's
+    first call in a fresh process)."""
 
     def __init__(self, size: int = 512):
         self.size, self.items = size, collections.OrderedDict()
