@@ -957,7 +957,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("torch-parity-module", lambda: _torch_parity("module"), TypeError,
      r"^assert_matches_torch: module must be a torch\.nn\.Module, got <function"),
     ("torch-parity-custom-vjp", lambda: _torch_parity("custom-vjp"), TypeError,
-     r"^assert_matches_torch: Lambda has no forward-mode autodiff \(a jax\.custom_vjp inside it"),
+     r"^assert_matches_torch: Lambda has no forward-mode autodiff \(a custom VJP inside it"),
     ("torch-parity-names", lambda: _torch_parity("names"), AssertionError,
      r"^assert_matches_torch: parameter names differ\n  ours  \['weight'\]\n  torch "
      r"\['weight', 'bias'\]$"),
