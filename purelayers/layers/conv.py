@@ -222,11 +222,8 @@ class _ConvNd(Layer):
 @dataclasses.dataclass(frozen=True)
 class Conv1d(_ConvNd):
     r"""1-d convolution over sequences ``(N, C, L)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
-    each product a cross-correlation. Matches ``torch.nn.Conv1d``.
-
-    Per output position ``i``: ``out[n, o, i] = bias[o] + sum_{c in group(o)} sum_k
-    weight[o, c, k] * x_pad[n, c, stride*i + dilation*k]``, ``group(o)`` the
-    ``C_in/groups`` input channels of output channel ``o``'s group.
+    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
+    Matches ``torch.nn.Conv1d``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
@@ -267,11 +264,8 @@ class Conv1d(_ConvNd):
 @dataclasses.dataclass(frozen=True)
 class Conv2d(_ConvNd):
     r"""2-d convolution over images ``(N, C, H, W)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
-    each product a cross-correlation. Matches ``torch.nn.Conv2d``.
-
-    Per output position ``i``: ``out[n, o, i] = bias[o] + sum_{c in group(o)} sum_k
-    weight[o, c, k] * x_pad[n, c, stride*i + dilation*k]``, ``group(o)`` the
-    ``C_in/groups`` input channels of output channel ``o``'s group.
+    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
+    Matches ``torch.nn.Conv2d``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
@@ -315,11 +309,8 @@ class Conv2d(_ConvNd):
 @dataclasses.dataclass(frozen=True)
 class Conv3d(_ConvNd):
     r"""3-d convolution over volumes ``(N, C, D, H, W)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
-    each product a cross-correlation. Matches ``torch.nn.Conv3d``.
-
-    Per output position ``i``: ``out[n, o, i] = bias[o] + sum_{c in group(o)} sum_k
-    weight[o, c, k] * x_pad[n, c, stride*i + dilation*k]``, ``group(o)`` the
-    ``C_in/groups`` input channels of output channel ``o``'s group.
+    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
+    Matches ``torch.nn.Conv3d``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
@@ -347,11 +338,6 @@ class Conv3d(_ConvNd):
 
     Parameters:
       ``weight``: ``(out_channels, C_in/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
-
-    Example:
-      >>> conv = Conv3d(2, 3)
-      >>> jax.tree.map(jnp.shape, conv.init(jax.random.key(0), (1, 4, 5, 5, 5)))
-      {'bias': (2,), 'weight': (2, 4, 3, 3, 3)}
     """
 
     _nd: ClassVar[int] = 3
@@ -492,10 +478,8 @@ class ConvTranspose1d(_ConvTransposeNd):
     r"""1-d transposed convolution over ``(N, C, L)``: the gradient of ``Conv1d`` with respect
     to its input. Matches ``torch.nn.ConvTranspose1d``.
 
-    Computed as the equivalent forward convolution: the input dilated by ``stride``,
-    the weight regrouped to ``[out, in/groups, *k]`` and flipped spatially, each spatial
-    axis padded by ``dilation * (kernel_size - 1) - padding`` on both sides plus
-    ``output_padding`` on the high side. ``apply(params, x, output_size=...)`` picks the
+    Computed as the forward convolution of the stride-dilated input with the weight
+    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
     ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
 
     Args:
@@ -522,11 +506,6 @@ class ConvTranspose1d(_ConvTransposeNd):
 
     Parameters:
       ``weight``: ``(C_in, out_channels/groups, k)``. ``bias``: ``(out_channels,)``.
-
-    Example:
-      >>> up = ConvTranspose1d(2, 4, stride=2)
-      >>> jax.tree.map(jnp.shape, up.init(jax.random.key(0), (1, 3, 5)))
-      {'bias': (2,), 'weight': (3, 2, 4)}
     """
 
     _nd: ClassVar[int] = 1
@@ -537,10 +516,8 @@ class ConvTranspose2d(_ConvTransposeNd):
     r"""2-d transposed convolution over ``(N, C, H, W)``: the gradient of ``Conv2d`` with respect
     to its input. Matches ``torch.nn.ConvTranspose2d``.
 
-    Computed as the equivalent forward convolution: the input dilated by ``stride``,
-    the weight regrouped to ``[out, in/groups, *k]`` and flipped spatially, each spatial
-    axis padded by ``dilation * (kernel_size - 1) - padding`` on both sides plus
-    ``output_padding`` on the high side. ``apply(params, x, output_size=...)`` picks the
+    Computed as the forward convolution of the stride-dilated input with the weight
+    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
     ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
 
     Args:
@@ -585,10 +562,8 @@ class ConvTranspose3d(_ConvTransposeNd):
     r"""3-d transposed convolution over ``(N, C, D, H, W)``: the gradient of ``Conv3d`` with respect
     to its input. Matches ``torch.nn.ConvTranspose3d``.
 
-    Computed as the equivalent forward convolution: the input dilated by ``stride``,
-    the weight regrouped to ``[out, in/groups, *k]`` and flipped spatially, each spatial
-    axis padded by ``dilation * (kernel_size - 1) - padding`` on both sides plus
-    ``output_padding`` on the high side. ``apply(params, x, output_size=...)`` picks the
+    Computed as the forward convolution of the stride-dilated input with the weight
+    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
     ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
 
     Args:
@@ -615,11 +590,6 @@ class ConvTranspose3d(_ConvTransposeNd):
 
     Parameters:
       ``weight``: ``(C_in, out_channels/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
-
-    Example:
-      >>> up = ConvTranspose3d(2, 2, stride=2)
-      >>> jax.tree.map(jnp.shape, up.init(jax.random.key(0), (1, 3, 4, 4, 4)))
-      {'bias': (2,), 'weight': (3, 2, 2, 2, 2)}
     """
 
     _nd: ClassVar[int] = 3
