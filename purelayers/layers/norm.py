@@ -1,5 +1,5 @@
 """Normalization: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``; ``BatchNorm1d/2d/3d`` and
-``SyncBatchNorm`` (defined in ``_batchnorm``).
+``SyncBatchNorm`` (defined in ``batchnorm``).
 
 Statistics are computed in at least float32 (float64 stays float64), whatever the input
 dtype, and the result is cast back to the input dtype. Variances are population
