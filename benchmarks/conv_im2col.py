@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from purelayers.layers._convolution import Pads, conv_nd
+from purelayers.functional.conv import Pads
+from purelayers.functional.conv import conv as conv_nd
 
 
 def im2col(

@@ -54,9 +54,9 @@ def gradcheck(
     full Jacobian of every floating-point output leaf is computed three ways (reverse
     mode, forward mode, finite differences) and each analytic entry ``a`` must satisfy
     ``|a - n| <= atol + rtol * |n|`` against the numerical ``n``. Integer leaves (ids,
-    PRNG keys) pass through unchanged. A function built on ``jax.custom_vjp``, which
-    has no forward mode, is checked in reverse mode alone (torch's ``gradcheck`` checks
-    reverse mode by default too), so a wrong ``custom_vjp`` fails it as well.
+    PRNG keys) pass through unchanged. A function with a custom VJP, which has no
+    forward mode, is checked in reverse mode alone (torch's ``gradcheck`` checks reverse
+    mode by default too), so a wrong custom VJP fails it as well.
 
     Returns ``True``; raises ``AssertionError`` naming the worst leaf by its dotted path
     (``"0.weight (argument 0)"``), the entry, and the analytic and numerical values.
@@ -99,7 +99,7 @@ def gradcheck(
         # traced once for both analytic ones: forward mode is its linearization applied to
         # every unit tangent, reverse mode that linear map's transpose applied to every
         # unit cotangent (what ``jax.jacfwd`` and ``jax.jacrev`` compute, without tracing
-        # ``fn`` a second time). A ``custom_vjp`` has no forward mode: its linearization
+        # ``fn`` a second time). A custom VJP has no forward mode: its linearization
         # can only be transposed, so such an ``fn`` is checked in reverse mode alone.
         def jacobians_of(flat, forward_mode):
             out, forward = jax.linearize(f, flat)
@@ -116,7 +116,7 @@ def gradcheck(
         try:
             rev, fwd, numerical = jitted(flat, True)
         except TypeError as e:
-            if "custom_vjp" not in str(e):
+            if not _no_forward_mode(e):
                 raise
             rev, fwd, numerical = jitted(flat, False)
         jacobians = {"reverse-mode": np.asarray(rev)}
@@ -284,7 +284,7 @@ def assert_matches_torch(
       same inputs and parameters, the JVP must satisfy ``<g, J t> = <J^T g, t>`` against
       the reverse-mode gradients, to 1% of ``sum |g| |J t|`` (float32 round-off; a
       forward rule that is not the transpose of the reverse one is off by far more). A
-      layer built on ``jax.custom_vjp`` has no forward mode: a ``TypeError`` says so,
+      layer with a custom VJP has no forward mode: a ``TypeError`` says so,
       and ``forward_mode=False`` checks it in reverse mode alone (as ``gradcheck`` does).
 
     The library never imports torch: it uses the ``torch`` that built ``module``.
@@ -308,7 +308,7 @@ def assert_matches_torch(
       rtol / atol: the tolerance, ``|ours - torch| <= atol + rtol * |torch|``.
       grads: also compare derivatives. Default ``True``.
       forward_mode: also check forward mode against reverse mode. Default ``True``;
-        ``False`` for a layer built on ``jax.custom_vjp``.
+        ``False`` for a layer with a custom VJP.
       seed: seeds the cotangent and the tangents (a stream of their own: inputs drawn
         from ``np.random.default_rng(seed)`` are not reused as cotangents).
       apply_kwargs: passed to ``layer.apply``.
@@ -430,11 +430,11 @@ def assert_matches_torch(
     try:
         j_out, j_grads, out_t = run(primals, cots, tangents, forward_mode)
     except TypeError as e:
-        if "custom_vjp" not in str(e):
+        if not _no_forward_mode(e):
             raise
         raise TypeError(
             f"assert_matches_torch: {type(layer).__name__} has no forward-mode autodiff (a "
-            "jax.custom_vjp inside it: jax.jvp, jax.jacfwd and Hessian-vector products fail "
+            "custom VJP inside it: jax.jvp, jax.jacfwd and Hessian-vector products fail "
             "on it); pass forward_mode=False to check its outputs and reverse-mode gradients "
             "alone"
         ) from e
@@ -494,3 +494,9 @@ def assert_matches_torch(
             f"(rtol={rtol}, atol={atol}):\n  " + "\n  ".join(bad)
         )
     return params
+
+
+def _no_forward_mode(error: TypeError) -> bool:
+    """Whether ``error`` is JAX's refusal of forward mode on a function with a custom VJP
+    ("can't apply forward-mode autodiff (jvp) to a ..." function)."""
+    return "can't apply forward-mode autodiff" in str(error)

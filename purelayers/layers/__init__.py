@@ -29,14 +29,12 @@ from purelayers.layers.norm import *
 from purelayers.layers.padding import *
 from purelayers.layers.parametrize import *
 from purelayers.layers.pool import *
-from purelayers.layers.prelu import *
 from purelayers.layers.recurrent import *
 from purelayers.layers.repeat import *
 from purelayers.layers.rotary import *
 from purelayers.layers.separate_attention import *
 from purelayers.layers.shape import *
 from purelayers.layers.shuffle import *
-from purelayers.layers.thresholds import *
 from purelayers.layers.tied import *
 from purelayers.layers.transformer import *
 from purelayers.layers.unpool import *
@@ -65,14 +63,12 @@ _FAMILIES = (
     "padding",
     "parametrize",
     "pool",
-    "prelu",
     "recurrent",
     "repeat",
     "rotary",
     "separate_attention",
     "shape",
     "shuffle",
-    "thresholds",
     "tied",
     "transformer",
     "unpool",

@@ -3,14 +3,13 @@ optional batch axis of channels-first inputs ``(N, C, *spatial)`` / ``(C, *spati
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purelayers.functional.conv import tap_windows  # noqa: F401 (fold's import)
 from purelayers.layers._checks import LayerError, as_array, config_error
 
 _LAYOUTS = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}
@@ -19,20 +18,6 @@ _LAYOUTS = {1: "(N, C, L)", 2: "(N, C, H, W)", 3: "(N, C, D, H, W)"}
 def layout(nd: int) -> str:
     """The batched layout's axis names, ``"(N, C, H, W)"`` for ``nd = 2``."""
     return _LAYOUTS[nd]
-
-
-def tap_windows(
-    kernel: Sequence[int], dilation: Sequence[int], stride: Sequence[int], blocks: Sequence[int]
-) -> list[tuple[slice, ...]]:
-    """The strided slices of a padded input's spatial axes read by each kernel tap, taps in
-    row-major order; ``blocks`` is the number of windows per axis."""
-    return [
-        tuple(
-            slice(t * d, t * d + s * (b - 1) + 1, s)
-            for t, d, s, b in zip(taps, dilation, stride, blocks, strict=True)
-        )
-        for taps in itertools.product(*(range(k) for k in kernel))
-    ]
 
 
 def is_int(value: Any) -> bool:

@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+import purelayers.functional as F
 from purelayers.init import Initializer, uniform
-from purelayers.layers._checks import LayerError, add_bias, check_int, need_width
+from purelayers.layers._checks import LayerError, check_int, need_width
 from purelayers.layers._two_inputs import pair_init, two_shapes
 from purelayers.layers.core import Layer, Params
 
@@ -123,8 +124,4 @@ class Bilinear(Layer):
                 raise LayerError(
                     "Bilinear", f"x{i} dtype", "floating point", f"{jnp.result_type(x)}"
                 )
-        dtype = jnp.result_type(x1, x2)
-        y = jnp.einsum("...i,oij,...j->...o", x1.astype(dtype), w.astype(dtype), x2.astype(dtype))
-        if "bias" in params:
-            y = add_bias(y, params["bias"], -1)
-        return y
+        return F.bilinear(x1, x2, w, params.get("bias"))

@@ -1,87 +1,9 @@
-r"""Convolutions over channels-first inputs: ``Conv1d``, ``Conv2d``, ``Conv3d`` and the
+"""Convolutions over channels-first inputs: ``Conv1d``, ``Conv2d``, ``Conv3d`` and the
 transposed ``ConvTranspose1d``, ``ConvTranspose2d``, ``ConvTranspose3d``.
 
-All six share one N-d implementation on ``lax.conv_general_dilated``, derivatives
-included; the variants only fix the number of spatial axes. A weight gradient written
-as one contraction per kernel tap was measured against XLA's own (its weight-gradient
-convolution) on the CPU benchmark's CNN (``python -m benchmarks.run --workloads cnn``):
-on an AVX2 CPU it took the training step from 174 to 160 ms, on an AVX-512 one (AMD
-Zen 5) XLA's own is faster, 47 -> 40 ms, with 40% fewer temporaries (67 -> 40 MiB) and
-half the compile time (1.0-1.4 -> 0.6 s), so XLA's is used. Patch extraction plus one
-matrix product (im2col) is slower than XLA's CPU convolution for the forward pass
-(``python -m benchmarks.conv_im2col``), except for a 2-d convolution of a single input
-channel with a small kernel on the CPU (``_convolution.conv_nd``). On the CPU a 2-d
-convolution over more than 6,272 output positions takes its weight gradient summed over
-chunks of images, about 3,136 positions each, where YNNPACK's kernel runs 2-4x faster
-than over the whole batch (``_convolution._conv2d_chunked_weight_gradient``: the CNN
-benchmark's training step 45.5-47.4 -> 35.2 ms on an Intel Xeon). Parameters use
-PyTorch's names and layouts, so a torch ``state_dict`` loads by name.
-
-Convolution (``ConvNd``), as ``torch.nn.ConvNd``::
-
-    out[n, o, i] = bias[o] + sum_{c in group(o)} sum_k weight[o, c, k] * x_pad[n, c, s*i + d*k]
-
-where ``group(o)`` holds the ``in/groups`` input channels of output channel ``o``'s group
-and ``s``, ``d`` are stride and dilation (per spatial axis; ``i`` and ``k`` are index
-tuples).
-
-Args (every ``ConvNd``):
-  out_channels: number of output channels; divisible by ``groups``.
-  kernel_size: an int or a tuple of one int per spatial axis.
-  stride: an int or a tuple, each >= 1. Default ``1``.
-  padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
-    ``"same"`` (output size = input size; needs stride 1; an odd total
-    ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as torch).
-    Default ``0``.
-  dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
-  groups: independent channel groups (``groups = in_channels`` is a depthwise
-    convolution). Default ``1``.
-  bias: learn an additive ``bias``. Default ``True``.
-  padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as torch.
-    Default ``"zeros"``.
-  weight_init: initializer for ``weight``, called with its ``[out, in/groups, *k]`` shape.
-    Default torch's ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``
-    with ``fan_in = in/groups * prod(kernel_size)``.
-  bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
-
-Shape: input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)``; output
-``(N, out_channels, *L_out)`` with, per spatial axis,
-``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) / stride) + 1``.
-``C_in`` is read from ``init``'s ``shape``. Computes in the input's floating dtype.
-
-Parameters: ``weight`` ``(out_channels, C_in/groups, *kernel_size)``, ``bias``
-``(out_channels,)``.
-
-Transposed convolution (``ConvTransposeNd``), as ``torch.nn.ConvTransposeNd``: the
-gradient of ``ConvNd`` with respect to its input. It is computed as the equivalent
-forward convolution: the input is dilated by ``stride`` (``lhs_dilation``), the
-``[in, out/groups, *k]`` weight is regrouped to ``[out, in/groups, *k]`` and flipped
-spatially, and each spatial axis is padded by ``dilation * (kernel_size - 1) - padding``
-on both sides plus ``output_padding`` on the high side only, all in one
-``lax.conv_general_dilated``.
-
-Args (every ``ConvTransposeNd``): ``out_channels``, ``kernel_size``, ``stride``,
-``dilation``, ``groups``, ``bias``, ``bias_init`` as above, and
-  padding: an int or tuple of ints >= 0; removes ``padding`` from each side of the
-    output. Default ``0``.
-  output_padding: extra size on the high side of each output axis; smaller than
-    ``max(stride, dilation)`` (as torch). Default ``0``.
-  padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
-    Default ``"zeros"``.
-  weight_init: called with the ``[in, out/groups, *k]`` shape. The default,
-    ``kaiming_uniform(a=sqrt(5))``, then takes ``fan_in = out/groups * prod(kernel_size)``
-    from weight axis 1, exactly as torch's ``_calculate_fan_in_and_fan_out`` does; the bias
-    bound uses the same fan_in.
-
-``apply(params, x, output_size=...)`` picks the ``output_padding`` that produces that
-size, as torch's ``forward(x, output_size)``.
-
-Shape: input ``(N, C_in, *L)`` or ``(C_in, *L)``; output ``(N, out_channels, *L_out)``
-with ``L_out = (L - 1) * stride - 2 * padding + dilation * (kernel_size - 1)
-+ output_padding + 1``.
-
-Parameters: ``weight`` ``(C_in, out_channels/groups, *kernel_size)``, ``bias``
-``(out_channels,)``.
+All six share one N-d implementation; the variants fix the number of spatial axes. The
+math is ``purelayers.functional.conv``. Parameters use PyTorch's names and layouts, so a
+torch ``state_dict`` loads by name.
 """
 
 from __future__ import annotations
@@ -93,6 +15,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+import purelayers.functional as F
+from purelayers.functional.conv import Pads
 from purelayers.init import Initializer, fans
 from purelayers.layers._checks import (
     LayerError,
@@ -100,7 +24,6 @@ from purelayers.layers._checks import (
     check_int,
     need_width,
 )
-from purelayers.layers._convolution import Pads, conv_nd
 from purelayers.layers._spatial import (
     batched,
     check_rank,
@@ -216,8 +139,7 @@ def _need_fit(layer: str, x: jax.Array, pads: Pads, extent: Sequence[int]) -> No
 
 @dataclasses.dataclass(frozen=True)
 class _ConvNd(Layer):
-    """The N-d convolution behind ``Conv1d``, ``Conv2d`` and ``Conv3d`` (see the module
-    docstring)."""
+    """The N-d convolution behind ``Conv1d``, ``Conv2d`` and ``Conv3d``."""
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
 
@@ -283,7 +205,7 @@ class _ConvNd(Layer):
             pads = ((0, 0),) * self._nd
         extent = [d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel_size, strict=True)]
         _need_fit(name, x, pads, extent)
-        y = conv_nd(
+        y = F.conv(
             x,
             w,
             params.get("bias"),
@@ -299,12 +221,36 @@ class _ConvNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class Conv1d(_ConvNd):
-    """1-d convolution over sequences ``(N, C, L)``. Matches ``torch.nn.Conv1d``.
+    r"""1-d convolution over sequences ``(N, C, L)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
+    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
+    Matches ``torch.nn.Conv1d``.
 
-    Arguments and formula: see the module docstring (``purelayers.layers.conv``).
+    Args:
+      out_channels: number of output channels; divisible by ``groups``.
+      kernel_size: an int or a tuple of 1 ints.
+      stride: an int or a tuple of 1, each >= 1. Default ``1``.
+      padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
+        ``"same"`` (output size = input size; needs stride 1; an odd total
+        ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as
+        torch). Default ``0``.
+      dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
+      groups: independent channel groups (``groups = C_in`` is depthwise). Default ``1``.
+      bias: learn an additive ``bias``. Default ``True``.
+      padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
+        torch. Default ``"zeros"``.
+      weight_init: initializer for ``weight``. Default torch's
+        ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
+        ``fan_in = C_in/groups * prod(kernel_size)``.
+      bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Shape:
+      input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)`` (1 spatial axes ``L``;
+      ``C_in`` read from ``init``'s ``shape``); output ``(N, out_channels, *L_out)``,
+      ``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) /
+      stride) + 1``. Computes in the input's floating dtype.
 
     Parameters:
-      ``weight``: ``(out_channels, C/groups, k)``. ``bias``: ``(out_channels,)``.
+      ``weight``: ``(out_channels, C_in/groups, k)``. ``bias``: ``(out_channels,)``.
 
     Example:
       >>> conv = Conv1d(4, 3, padding="same")
@@ -317,16 +263,41 @@ class Conv1d(_ConvNd):
 
 @dataclasses.dataclass(frozen=True)
 class Conv2d(_ConvNd):
-    """2-d convolution over images ``(N, C, H, W)``. Matches ``torch.nn.Conv2d``.
+    r"""2-d convolution over images ``(N, C, H, W)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
+    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
+    Matches ``torch.nn.Conv2d``.
 
-    Arguments and formula: see the module docstring (``purelayers.layers.conv``).
-    ``Conv2d(8, 3, stride=2, padding=1)`` maps ``(N, 1, 28, 28)`` to ``(N, 8, 14, 14)``:
-    ``floor((28 + 2 - 2 - 1) / 2) + 1 = 14``.
+    Args:
+      out_channels: number of output channels; divisible by ``groups``.
+      kernel_size: an int or a tuple of 2 ints.
+      stride: an int or a tuple of 2, each >= 1. Default ``1``.
+      padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
+        ``"same"`` (output size = input size; needs stride 1; an odd total
+        ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as
+        torch). Default ``0``.
+      dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
+      groups: independent channel groups (``groups = C_in`` is depthwise). Default ``1``.
+      bias: learn an additive ``bias``. Default ``True``.
+      padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
+        torch. Default ``"zeros"``.
+      weight_init: initializer for ``weight``. Default torch's
+        ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
+        ``fan_in = C_in/groups * prod(kernel_size)``.
+      bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Shape:
+      input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)`` (2 spatial axes ``L``;
+      ``C_in`` read from ``init``'s ``shape``); output ``(N, out_channels, *L_out)``,
+      ``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) /
+      stride) + 1``. Computes in the input's floating dtype.
 
     Parameters:
-      ``weight``: ``(out_channels, C/groups, kh, kw)``. ``bias``: ``(out_channels,)``.
+      ``weight``: ``(out_channels, C_in/groups, kh, kw)``. ``bias``: ``(out_channels,)``.
 
     Example:
+      ``Conv2d(8, 3, stride=2, padding=1)`` maps ``(N, 1, 28, 28)`` to ``(N, 8, 14, 14)``:
+      ``floor((28 + 2 - 2 - 1) / 2) + 1 = 14``.
+
       >>> conv = Conv2d(8, 3, stride=2, padding=1)
       >>> jax.tree.map(jnp.shape, conv.init(jax.random.key(0), (4, 1, 28, 28)))
       {'bias': (8,), 'weight': (8, 1, 3, 3)}
@@ -337,12 +308,36 @@ class Conv2d(_ConvNd):
 
 @dataclasses.dataclass(frozen=True)
 class Conv3d(_ConvNd):
-    """3-d convolution over volumes ``(N, C, D, H, W)``. Matches ``torch.nn.Conv3d``.
+    r"""3-d convolution over volumes ``(N, C, D, H, W)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
+    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
+    Matches ``torch.nn.Conv3d``.
 
-    Arguments and formula: see the module docstring (``purelayers.layers.conv``).
+    Args:
+      out_channels: number of output channels; divisible by ``groups``.
+      kernel_size: an int or a tuple of 3 ints.
+      stride: an int or a tuple of 3, each >= 1. Default ``1``.
+      padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
+        ``"same"`` (output size = input size; needs stride 1; an odd total
+        ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as
+        torch). Default ``0``.
+      dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
+      groups: independent channel groups (``groups = C_in`` is depthwise). Default ``1``.
+      bias: learn an additive ``bias``. Default ``True``.
+      padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
+        torch. Default ``"zeros"``.
+      weight_init: initializer for ``weight``. Default torch's
+        ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
+        ``fan_in = C_in/groups * prod(kernel_size)``.
+      bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Shape:
+      input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)`` (3 spatial axes ``L``;
+      ``C_in`` read from ``init``'s ``shape``); output ``(N, out_channels, *L_out)``,
+      ``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) /
+      stride) + 1``. Computes in the input's floating dtype.
 
     Parameters:
-      ``weight``: ``(out_channels, C/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
+      ``weight``: ``(out_channels, C_in/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
     """
 
     _nd: ClassVar[int] = 3
@@ -439,7 +434,7 @@ class _ConvTransposeNd(Layer):
             (d_ * (k_ - 1) - p_, d_ * (k_ - 1) - p_ + op)
             for k_, d_, p_, op in zip(k, d, p, out_pad, strict=True)
         )
-        y = conv_nd(
+        y = F.conv(
             x,
             w_fwd,
             params.get("bias"),
@@ -480,12 +475,37 @@ class _ConvTransposeNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class ConvTranspose1d(_ConvTransposeNd):
-    """1-d transposed convolution over ``(N, C, L)``. Matches ``torch.nn.ConvTranspose1d``.
+    r"""1-d transposed convolution over ``(N, C, L)``: the gradient of ``Conv1d`` with respect
+    to its input. Matches ``torch.nn.ConvTranspose1d``.
 
-    Arguments and algorithm: see the module docstring (``purelayers.layers.conv``).
+    Computed as the forward convolution of the stride-dilated input with the weight
+    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
+    ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
+
+    Args:
+      out_channels: number of output channels; divisible by ``groups``.
+      kernel_size: an int or a tuple of 1 ints.
+      stride: an int or a tuple of 1, each >= 1. Default ``1``.
+      padding: an int or tuple of ints >= 0, removed from each side of the output.
+        Default ``0``.
+      output_padding: extra size on the high side of each output axis, smaller than
+        ``max(stride, dilation)`` (as torch). Default ``0``.
+      dilation: spacing between kernel taps. Default ``1``.
+      groups: independent channel groups. Default ``1``.
+      bias: learn an additive ``bias``. Default ``True``.
+      padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
+      weight_init: initializer for ``weight``, called with its ``(C_in,
+        out_channels/groups, *k)`` shape. Default ``kaiming_uniform(a=sqrt(5))``, whose
+        ``fan_in = out_channels/groups * prod(kernel_size)`` is torch's.
+      bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Shape:
+      input ``(N, C_in, *L)`` or ``(C_in, *L)``; output ``(N, out_channels, *L_out)``,
+      ``L_out = (L - 1) * stride - 2 * padding + dilation * (kernel_size - 1) +
+      output_padding + 1``.
 
     Parameters:
-      ``weight``: ``(C, out_channels/groups, k)``. ``bias``: ``(out_channels,)``.
+      ``weight``: ``(C_in, out_channels/groups, k)``. ``bias``: ``(out_channels,)``.
     """
 
     _nd: ClassVar[int] = 1
@@ -493,17 +513,42 @@ class ConvTranspose1d(_ConvTransposeNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConvTranspose2d(_ConvTransposeNd):
-    """2-d transposed convolution over ``(N, C, H, W)``. Matches
-    ``torch.nn.ConvTranspose2d``.
+    r"""2-d transposed convolution over ``(N, C, H, W)``: the gradient of ``Conv2d`` with respect
+    to its input. Matches ``torch.nn.ConvTranspose2d``.
 
-    Arguments and algorithm: see the module docstring (``purelayers.layers.conv``).
-    ``ConvTranspose2d(1, 4, stride=2, padding=1)`` doubles the size, ``(N, C, 7, 7)`` to
-    ``(N, 1, 14, 14)``: ``(7 - 1) * 2 - 2 * 1 + (4 - 1) + 1 = 14``.
+    Computed as the forward convolution of the stride-dilated input with the weight
+    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
+    ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
+
+    Args:
+      out_channels: number of output channels; divisible by ``groups``.
+      kernel_size: an int or a tuple of 2 ints.
+      stride: an int or a tuple of 2, each >= 1. Default ``1``.
+      padding: an int or tuple of ints >= 0, removed from each side of the output.
+        Default ``0``.
+      output_padding: extra size on the high side of each output axis, smaller than
+        ``max(stride, dilation)`` (as torch). Default ``0``.
+      dilation: spacing between kernel taps. Default ``1``.
+      groups: independent channel groups. Default ``1``.
+      bias: learn an additive ``bias``. Default ``True``.
+      padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
+      weight_init: initializer for ``weight``, called with its ``(C_in,
+        out_channels/groups, *k)`` shape. Default ``kaiming_uniform(a=sqrt(5))``, whose
+        ``fan_in = out_channels/groups * prod(kernel_size)`` is torch's.
+      bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Shape:
+      input ``(N, C_in, *L)`` or ``(C_in, *L)``; output ``(N, out_channels, *L_out)``,
+      ``L_out = (L - 1) * stride - 2 * padding + dilation * (kernel_size - 1) +
+      output_padding + 1``.
 
     Parameters:
-      ``weight``: ``(C, out_channels/groups, kh, kw)``. ``bias``: ``(out_channels,)``.
+      ``weight``: ``(C_in, out_channels/groups, kh, kw)``. ``bias``: ``(out_channels,)``.
 
     Example:
+      ``ConvTranspose2d(1, 4, stride=2, padding=1)`` doubles the size, ``(N, C, 7, 7)``
+      to ``(N, 1, 14, 14)``: ``(7 - 1) * 2 - 2 * 1 + (4 - 1) + 1 = 14``.
+
       >>> up = ConvTranspose2d(1, 4, stride=2, padding=1)
       >>> jax.tree.map(jnp.shape, up.init(jax.random.key(0), (2, 8, 7, 7)))
       {'bias': (1,), 'weight': (8, 1, 4, 4)}
@@ -514,13 +559,37 @@ class ConvTranspose2d(_ConvTransposeNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConvTranspose3d(_ConvTransposeNd):
-    """3-d transposed convolution over ``(N, C, D, H, W)``. Matches
-    ``torch.nn.ConvTranspose3d``.
+    r"""3-d transposed convolution over ``(N, C, D, H, W)``: the gradient of ``Conv3d`` with respect
+    to its input. Matches ``torch.nn.ConvTranspose3d``.
 
-    Arguments and algorithm: see the module docstring (``purelayers.layers.conv``).
+    Computed as the forward convolution of the stride-dilated input with the weight
+    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
+    ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
+
+    Args:
+      out_channels: number of output channels; divisible by ``groups``.
+      kernel_size: an int or a tuple of 3 ints.
+      stride: an int or a tuple of 3, each >= 1. Default ``1``.
+      padding: an int or tuple of ints >= 0, removed from each side of the output.
+        Default ``0``.
+      output_padding: extra size on the high side of each output axis, smaller than
+        ``max(stride, dilation)`` (as torch). Default ``0``.
+      dilation: spacing between kernel taps. Default ``1``.
+      groups: independent channel groups. Default ``1``.
+      bias: learn an additive ``bias``. Default ``True``.
+      padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
+      weight_init: initializer for ``weight``, called with its ``(C_in,
+        out_channels/groups, *k)`` shape. Default ``kaiming_uniform(a=sqrt(5))``, whose
+        ``fan_in = out_channels/groups * prod(kernel_size)`` is torch's.
+      bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
+
+    Shape:
+      input ``(N, C_in, *L)`` or ``(C_in, *L)``; output ``(N, out_channels, *L_out)``,
+      ``L_out = (L - 1) * stride - 2 * padding + dilation * (kernel_size - 1) +
+      output_padding + 1``.
 
     Parameters:
-      ``weight``: ``(C, out_channels/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
+      ``weight``: ``(C_in, out_channels/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
     """
 
     _nd: ClassVar[int] = 3

@@ -8,7 +8,6 @@ x2.shape))``, which returns ``{}``) and apply as ``apply(params, x1, x2)``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -16,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import purelayers.functional as F
 from purelayers.layers._checks import LayerError, check_float, check_int, config_error
 from purelayers.layers._two_inputs import pair_init, two_shapes
 from purelayers.layers.core import Layer, Params
@@ -50,61 +50,7 @@ def _broadcast(layer: str, x1: Any, x2: Any, floating_only: bool) -> tuple[jax.A
     return tuple(jnp.broadcast_to(jnp.asarray(x, dtype), shape) for x in (x1, x2))
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _norm2(x: jax.Array, axis: int) -> jax.Array:
-    """The 2-norm along ``axis`` (kept), whose derivative is 0 where the norm is 0 (torch's)."""
-    return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=True))
-
-
-@_norm2.defjvp
-def _norm2_jvp(axis, primals, tangents):
-    (x,), (t,) = primals, tangents
-    n = _norm2(x, axis)
-    safe = jnp.where(n == 0, 1, n)
-    return n, jnp.where(n == 0, 0, jnp.sum(x * t, axis=axis, keepdims=True) / safe)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _pnorm(d: jax.Array, p: float) -> jax.Array:
-    """torch's ``norm(d, p, dim=-1)``: ``p`` 0 counts nonzeros, +-inf is the max / min
-    of ``|d|``, otherwise ``(sum |d|^p)^(1/p)``."""
-    a = jnp.abs(d)
-    if p == 0:
-        return jnp.sum((a != 0).astype(d.dtype), axis=-1)
-    if p == math.inf:
-        return jnp.max(a, axis=-1)
-    if p == -math.inf:
-        return jnp.min(a, axis=-1)
-    if p == 1:
-        return jnp.sum(a, axis=-1)
-    if p == 2:
-        return jnp.sqrt(jnp.sum(a * a, axis=-1))
-    return jnp.sum(a**p, axis=-1) ** (1 / p)
-
-
-@_pnorm.defjvp
-def _pnorm_jvp(p, primals, tangents):
-    (d,), (t,) = primals, tangents
-    n = _pnorm(d, p)
-    return n, jnp.sum(_pnorm_coefficient(d, n[..., None], p) * t, axis=-1)
-
-
-def _pnorm_coefficient(d: jax.Array, n: jax.Array, p: float) -> jax.Array:
-    """``d norm / d d``, as torch's ``norm_backward`` writes it (its masks included)."""
-    s, a = jnp.sign(d), jnp.abs(d)
-    if p == 0:
-        return jnp.zeros_like(d)
-    if p == 1:
-        return s
-    if math.isinf(p):
-        tie = (a == n).astype(d.dtype)
-        return s * tie / jnp.sum(tie, axis=-1, keepdims=True)
-    if p < 1:
-        scaled = jnp.where(d == 0, 0, s * jnp.where(d == 0, 1, a) ** (p - 1))
-        return scaled * n ** (1 - p)
-    safe = jnp.where(n == 0, 1, n)
-    scale = jnp.where(n == 0, 0, 1 / safe ** (p - 1))
-    return (d * a ** (p - 2) if p >= 2 else s * a ** (p - 1)) * scale
+_pnorm = F.vector_norm  # (embedding's max_norm import)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,14 +108,7 @@ class CosineSimilarity(Layer):
                 f"an axis of the broadcast shape, in [-{x1.ndim}, {x1.ndim})",
                 f"shape {x1.shape}",
             )
-        axis = self.dim % x1.ndim
-
-        def clamped(x):
-            n = _norm2(x, axis)
-            # torch clamps the norm in place under no_grad: the value, not the derivative
-            return n + jax.lax.stop_gradient(jnp.maximum(n, self.eps) - n)
-
-        y = jnp.sum((x1 / clamped(x1)) * (x2 / clamped(x2)), axis=axis)
+        y = F.cosine_similarity(x1, x2, self.dim % x1.ndim, self.eps)
         return y.reshape(()) if scalar else y
 
 
@@ -224,8 +163,6 @@ class PairwiseDistance(Layer):
         self, params: Params, x1: Any, x2: Any, *, key: jax.Array | None = None, train: bool = False
     ) -> jax.Array:
         x1, x2 = _broadcast("PairwiseDistance", x1, x2, floating_only=False)
-        d = x1 - x2 + jnp.asarray(self.eps, x1.dtype)
-        if d.ndim == 0:
-            return _pnorm(d.reshape(1), float(self.p)).reshape(())
-        y = _pnorm(d, float(self.p))
-        return y[..., None] if self.keepdim else y
+        if x1.ndim == 0:
+            return F.pairwise_distance(x1.reshape(1), x2.reshape(1), self.p, self.eps).reshape(())
+        return F.pairwise_distance(x1, x2, self.p, self.eps, self.keepdim)

@@ -9,14 +9,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+import purelayers.functional as F
 from purelayers.init import Initializer, kaiming_uniform, uniform, zeros
-from purelayers.layers._checks import LayerError, add_bias, as_shape, check_int
-from purelayers.layers._lead_products import (
-    axes_product,
-    leading_axes_product,
-    meshless,
-    rows_product,
-)
+from purelayers.layers._checks import LayerError, as_shape, check_int
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["Linear"]
@@ -104,8 +99,8 @@ class Linear(Layer):
 def linear(
     params: Params, x: jax.Array, *, layer: str = "Linear", transposed: bool = False
 ) -> jax.Array:
-    """``x @ weight.T + bias`` (``x @ weight + bias`` if ``transposed``) with the shape
-    check every Linear-like layer shares. The product is ``_product``'s."""
+    """``F.linear`` of ``params``' ``weight`` and ``bias``, with the input check every
+    Linear-like layer shares (a ``LayerError`` naming ``layer``)."""
     w = params["weight"]
     fan_in = w.shape[0] if transposed else w.shape[1]
     if jnp.ndim(x) == 0 or jnp.shape(x)[-1] != fan_in:
@@ -118,42 +113,4 @@ def linear(
             f"x.shape == {tuple(jnp.shape(x))}; {layer} was initialized for {fan_in} input "
             f"features (weight {tuple(w.shape)})",
         )
-    dtype = jnp.result_type(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else w.dtype
-    y = _product(jnp.asarray(x, dtype), w.astype(dtype), transposed)
-    if "bias" in params:
-        y = add_bias(y, params["bias"], -1)
-    return y
-
-
-def _product(x: jax.Array, w: jax.Array, transposed: bool) -> jax.Array:
-    """``x @ w.T`` (``x @ w`` if ``transposed``) over ``x``'s last axis.
-
-    On the CPU the weight gradient of an ``x`` of more than two axes multiplies the
-    ``[rows, in]`` matrix of its leading axes (a free reshape, as
-    ``torch.nn.functional.linear`` does), a product over one contracted axis. Over
-    several (``[B, T, out]`` with ``[B, T, in]``), XLA:CPU first copies the output gradient into a transposed
-    ``[out, B * T]`` array for its product kernel; over one, it multiplies the transposed
-    operand in place. On a 2-core AVX-512 CPU (Intel Xeon), jitted, ``[16, 128, 256]``
-    inputs: the weight gradient of a 256 -> 1024 layer 14.0 -> 7.8 ms, 256 -> 768 7.4 ->
-    7.1 ms, 256 -> 256 4.7 -> 3.9 ms, 1024 -> 256 a tie (12.9 ms); the benchmark
-    transformer's training step (``python -m benchmarks.run``'s, in-process, 15
-    alternating rounds) 298.7 -> 288.4 ms, its four ``[1024, 2048]`` transposed copies
-    of 2.4-4.6 ms each gone. Elsewhere the leading axes stay apart, so that an input
-    sharded along a later axis (the sequence) is not gathered: merged rows can keep only
-    a sharding of the first axis, and XLA's partitioner gathers the rest (a weight
-    gradient over ``[4, 16, 32]`` split by sequence on two devices: one all-reduce of the
-    ``[64, 32]`` gradient kept apart, one all-gather of the input merged). The platform
-    is chosen when the program is lowered: by the lowering rules of the weight
-    gradient's primitive (``_lead_products``; the forward product is ``dot_general``),
-    which traces faster than a ``jax.lax.platform_dependent`` switch, or by that switch
-    under ``Explicit`` mesh axes and inside ``shard_map`` (``meshless``)."""
-    if x.ndim <= 2:
-        return axes_product(x, w, transposed)
-    if meshless(x, w):
-        return leading_axes_product(x, w, transposed)
-    return jax.lax.platform_dependent(
-        x,
-        w,
-        cpu=lambda x, w: rows_product(x, w, transposed),
-        default=lambda x, w: axes_product(x, w, transposed),
-    )
+    return F.linear(x, w, params.get("bias"), transposed=transposed)

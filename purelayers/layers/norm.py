@@ -1,23 +1,22 @@
 """Normalization: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``; ``BatchNorm1d/2d/3d`` and
-``SyncBatchNorm`` (defined in ``_batchnorm``).
+``SyncBatchNorm`` (defined in ``batchnorm``).
 
 Statistics are computed in at least float32 (float64 stays float64), whatever the input
 dtype, and the result is cast back to the input dtype. Variances are population
-variances computed in one pass over shifted data (see ``_norm_base._moments``).
+variances (``purelayers.functional.normalization``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+import purelayers.functional as F
 from purelayers.init import Initializer, ones, zeros
-from purelayers.layers._batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from purelayers.layers._checks import LayerError, as_shape, check_int, promote_float
 from purelayers.layers._norm_base import (
     _affine_names,
@@ -29,9 +28,8 @@ from purelayers.layers._norm_base import (
     _moments,
     _need_float,
     _width,
-    shifted_moments,
-    two_pass_moments,
 )
+from purelayers.layers.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm
 from purelayers.layers.core import Layer, Params
 
 __all__ = [
@@ -98,33 +96,6 @@ def _trailing_input(layer: str, x: Any, params: Params, ndim: int) -> tuple[jax.
     return jnp.asarray(x).astype(promote_float(jnp.result_type(x))), axes
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _layer_moments(xf: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-    """``LayerNorm``'s ``(x - mean, var)``: ``shifted_moments`` (one pass) on the
-    CPU, ``two_pass_moments`` elsewhere; the platform is chosen when the program is
-    lowered (``jax.lax.platform_dependent``), as attention's form is.
-
-    On an NVIDIA H200 (jax 0.11.2, float32) the benchmark transformer's training step
-    (``python -m benchmarks.variants --cores --repeats 15``) took 1.410 ms with the shifted one
-    pass against raw JAX's 1.255 (1.12x), and 1.197 ms (0.95x) with its norms in two
-    passes, all else purelayers'; raw JAX with the shifted one pass took 1.544 (1.23x).
-    On the CPU the one pass is the faster (see ``shifted_moments``). Accuracy: rows at a
-    mean of 1000 std, 768 wide, float32, against float64: two passes 1.0e-4 off, torch's
-    float32 ``layer_norm`` 0.9e-4, the shifted one pass 2e-6 (its shift is subtracted
-    exactly).
-
-    Jitted (``axes`` static), so the norms of a model share one trace of both platforms'
-    forms: traced inline, the benchmark transformer's first call in a fresh process
-    took 2.57-2.59 s (trace 0.83 s) against 2.30-2.43 s (0.59-0.68 s) before the
-    platform choice; jitted 2.25-2.26 s (0.61-0.62 s), five processes each. The
-    compiled program is the same either way."""
-    return jax.lax.platform_dependent(
-        xf,
-        cpu=lambda xf: shifted_moments(xf, axes)[1:],
-        default=lambda xf: two_pass_moments(xf, axes)[1:],
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class LayerNorm(Layer):
     r"""Normalizes over the last axes: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
@@ -186,12 +157,11 @@ class LayerNorm(Layer):
         )
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        xf, axes = _trailing_input("LayerNorm", x, params, self.normalized_ndim)
-        centered, var = _layer_moments(xf, axes)
-        y = centered * jax.lax.rsqrt(var + self.eps)
+        _check_trailing("LayerNorm", x, params, self.normalized_ndim)
         affine = self.elementwise_affine
-        y = _affine(y, params, self.normalized_ndim, affine, affine and self.bias)
-        return y.astype(jnp.result_type(x))
+        weight = params["weight"] if affine else None
+        bias = params["bias"] if affine and self.bias else None
+        return F.layer_norm(jnp.asarray(x), self.normalized_ndim, weight, bias, self.eps)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,10 +7,7 @@ reduction over the stacked window taps that also yields each window's winning ta
 derivative reads the winners, not the input), or a sum over the window axes; other max
 pools as a running max over one strided slice per
 window tap (JAX's ``reduce_window`` max sends the gradient of a NaN window elsewhere than
-torch), other average pools on ``lax.reduce_window``. On the CPU benchmark's CNN
-(``python -m benchmarks.run --workloads cnn``) the tiled path took the training step
-from 0.91x to 0.71x of raw JAX's ``reduce_window`` version and its memory from 139 to
-45 MiB. The variants only fix the number of spatial axes. None has parameters. Input ``(N, C, *L)`` or unbatched ``(C, *L)``.
+torch), other average pools on ``lax.reduce_window``. The math is ``purelayers.functional.pooling``. The variants only fix the number of spatial axes. None has parameters. Input ``(N, C, *L)`` or unbatched ``(C, *L)``.
 
 Window pools (``MaxPoolNd``, ``AvgPoolNd``), as torch:
 
@@ -66,11 +63,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+import purelayers.functional as F
 from purelayers.layers._checks import LayerError
 from purelayers.layers._maxindex import lowest as _lowest
 from purelayers.layers._maxindex import max_by_table, select, window_tables
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
-from purelayers.layers._window_taps import max_of_taps, reduce_tiles
 from purelayers.layers.activation import ReLU
 from purelayers.layers.core import Layer, Params
 
@@ -157,24 +154,9 @@ class _PoolNd(Layer):
         return tuple(outs), tuple(pads)
 
     def _reduce(self, x: jax.Array, pads, init: Any, op: Any) -> jax.Array:
-        lead = x.ndim - self._nd
-        x = lax.pad(
-            x, jnp.asarray(init, x.dtype), [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads]
-        )
-        tiled = self.stride == self.kernel_size and all(d == 1 for d in self._dilation)
-        if tiled and all(n % k == 0 for n, k in zip(x.shape[lead:], self.kernel_size, strict=True)):
-            return reduce_tiles(x, self.kernel_size, op)
-        if op is lax.max:
-            return max_of_taps(x, self.kernel_size, self.stride, self._dilation)
-        return lax.reduce_window(
-            x,
-            init,
-            op,
-            window_dimensions=(1,) * lead + self.kernel_size,
-            window_strides=(1,) * lead + self.stride,
-            padding="VALID",
-            window_dilation=(1,) * lead + self._dilation,
-        )
+        """The windows' max (``op`` ``lax.max``) or sum (``lax.add``)."""
+        settings = (self.kernel_size, self.stride, pads, self._dilation)
+        return F.max_pool(x, *settings) if op is lax.max else F.avg_pool_sum(x, *settings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,12 +172,8 @@ class _MaxPoolNd(_PoolNd):
         window, and where the two orders could pick different elements (a window's
         maximum at most 0) the ReLU's derivative is 0 either way (``relu'(0) == 0``, as
         torch). The ReLU then runs on the pooled values, and its mask comes from the
-        maximum that ``_window_taps.max_and_winner`` saves, so the pool's input (a convolution's
-        output) is not kept for the backward pass: the CPU benchmark's CNN
-        (``Conv2d``, ``ReLU``, ``MaxPool2d(2)``, twice) 42.6 -> 31.9 MiB of temporaries,
-        under glibc's 32 MiB mapping threshold (~11,000 page faults a step -> ~0), and
-        its training step 84.3 -> 70.9 ms (in-process A/B, 2-core AMD EPYC). Padding is
-        excluded so that no window mixes ``-inf`` padding with the ReLU's zeros."""
+        maximum that ``F.max_and_winner`` saves, so the pool's input (a convolution's
+        output) is not kept for the backward pass. Padding is excluded so that no window mixes ``-inf`` padding with the ReLU's zeros."""
         dtype = getattr(x, "dtype", None)
         return (
             type(previous) is ReLU

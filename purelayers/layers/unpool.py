@@ -34,7 +34,6 @@ Parameters:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -42,41 +41,12 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+import purelayers.functional as F
 from purelayers.layers._checks import LayerError, need_known_in_range
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
-
-
-def _rows(fn):
-    """``fn`` of one channel's flat arrays, over the leading ``(N, C)`` axes."""
-    return jax.vmap(jax.vmap(fn))
-
-
-def _add_at(t: jax.Array, idx: jax.Array, size: int) -> jax.Array:
-    return _rows(lambda v, i: jnp.zeros((size,), t.dtype).at[i].add(v, mode="drop"))(t, idx)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _unpool(x: jax.Array, idx: jax.Array, size: int) -> jax.Array:
-    """Scatter of each channel's ``x`` to ``idx`` in ``size`` zeros; the last writer of a
-    position wins (torch's sequential loop), found as the largest source position."""
-    source = jnp.arange(x.shape[-1])
-
-    def winners(i):
-        return jnp.full((size,), -1, source.dtype).at[i].max(source, mode="drop")
-
-    won = _rows(winners)(idx)
-    y = jnp.take_along_axis(x, jnp.maximum(won, 0), axis=-1)
-    return jnp.where(won >= 0, y, jnp.zeros((), x.dtype))
-
-
-@_unpool.defjvp
-def _unpool_jvp(size, primals, tangents):
-    # linear in x's tangent, transposing to torch's backward: a gather at the indices
-    x, idx = primals
-    return _unpool(x, idx, size), _add_at(tangents[0], idx, size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +128,7 @@ class _MaxUnpoolNd(Layer):
             "as torch's, which raises on an invalid max index",
         )
         indices = indices[None] if added else indices
-        flat = _unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), total)
+        flat = F.max_unpool(x.reshape((*lead, n)), indices.reshape((*lead, n)), total)
         y = flat.reshape((*lead, *size))
         if traced and jnp.issubdtype(y.dtype, jnp.inexact):
             out_of_range = (indices < 0) | (indices >= total)

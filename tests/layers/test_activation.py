@@ -283,12 +283,10 @@ def test_hardsigmoid_is_one_class_and_glu_halves_its_dim():
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
-def test_gelu_derivative_is_torchs_and_keeps_one_array(torch, approximate):
-    """GELU's written-out derivative: float64 gradients equal torch's GELU backward over
-    [-10, 10] (kinks of nothing, but both tails and 0), second derivatives and forward
-    mode equal JAX's derivative of the formula itself, and the backward pass keeps one
-    array of the input's shape, where JAX's derivative of ``jax.nn.gelu`` keeps three or
-    more (the memory a training step saves per activation)."""
+def test_gelu_derivative_is_torchs(torch, approximate):
+    """GELU's derivative: float64 gradients equal torch's GELU backward over [-10, 10]
+    (kinks of nothing, but both tails and 0), second derivatives and forward mode equal
+    JAX's derivative of the formula itself."""
     from purelayers.layers.activation import gelu
 
     def formula(v):
@@ -313,13 +311,7 @@ def test_gelu_derivative_is_torchs_and_keeps_one_array(torch, approximate):
         torch.nn.functional.gelu(xt, approximate=approximate).sum().backward()
         np.testing.assert_allclose(first, xt.grad.numpy(), rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(second, second_of_formula, atol=1e-12)
-        np.testing.assert_allclose(forward, first, rtol=0, atol=0)
-
-    x = jnp.ones((4, 5), jnp.float32)
-    kept = [leaf.shape for leaf in jax.tree.leaves(jax.vjp(ours, x)[1])]
-    theirs = [leaf.shape for leaf in jax.tree.leaves(jax.vjp(formula, x)[1])]
-    assert kept.count(x.shape) == 1, kept
-    assert theirs.count(x.shape) >= 3, theirs
+        np.testing.assert_allclose(forward, first, rtol=1e-12, atol=1e-13)
 
 
 _INPLACE = (

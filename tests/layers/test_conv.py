@@ -4,6 +4,7 @@ default initialization and checkpoint names."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import re
 
@@ -218,7 +219,7 @@ def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilatio
     is one ``(O, positions) x (positions, taps)`` product per image, summed
     (``_patch_product``): the backward pass holds a ``[3, 4, taps]`` product; with 12
     (the last case) the rows product's transpose, none."""
-    from purelayers.layers import _convolution as conv
+    conv = importlib.import_module("purelayers.functional.conv")
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 1, 11, 12))
@@ -227,7 +228,7 @@ def test_one_channel_patches_equal_xla_convolution(kernel, stride, pads, dilatio
 
     def ours(x, w, b):
         kw = dict(stride=stride, padding=pads, dilation=dilation, groups=1)
-        return conv.conv_nd(x, w, b, **kw)
+        return conv.conv(x, w, b, **kw)
 
     def xla(x, w, b):
         y = jax.lax.conv_general_dilated(x, w, stride, pads, rhs_dilation=dilation)
@@ -251,13 +252,13 @@ def test_per_image_weight_gradient_is_for_float32_and_float64():
     """The one-channel patches' weight gradient is summed over images
     (``_patch_product``) in float32 and float64 only: in bfloat16 the sum of the images'
     products would round in bfloat16, so it keeps the rows product's one contraction."""
-    from purelayers.layers import _convolution as conv
+    conv = importlib.import_module("purelayers.functional.conv")
 
     def backward(dtype):
         x, w = jnp.ones((3, 1, 11, 12), dtype), jnp.ones((4, 1, 3, 3), dtype)
 
         def loss(w):
-            y = conv.conv_nd(
+            y = conv.conv(
                 x, w, None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1
             )
             return jnp.sum(y.astype(jnp.float32))
@@ -272,12 +273,12 @@ def test_per_image_weight_gradient_is_for_float32_and_float64():
 def test_one_channel_patches_are_the_cpu_choice_only():
     """The patches form is chosen where the program is lowered for the CPU; lowered for
     a GPU (no device needed: ``jax.export``) the same function is the convolution."""
-    from purelayers.layers import _convolution as conv
+    conv = importlib.import_module("purelayers.functional.conv")
 
     x, w = jnp.ones((2, 1, 9, 9)), jnp.ones((4, 1, 3, 3))
 
     def f(x, w):
-        return conv.conv_nd(
+        return conv.conv(
             x, w, None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1
         )
 
@@ -307,7 +308,7 @@ def test_chunked_weight_gradient_equals_xla_convolution(kernel, pads, stride, ch
     ``3136 // 840 = 3``, raised to 4 by the cap of 8 chunks (``ceil(30 / 8)``); with
     stride 2 on the rows, 392 an image, ``3136 // 392 = 8`` (3 of eight, one of six).
     Dilation 2, or 6,272 output positions or fewer (4 images), keep XLA's convolution."""
-    from purelayers.layers import _convolution as conv
+    conv = importlib.import_module("purelayers.functional.conv")
 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((30, 17, 28, 28))
@@ -315,7 +316,7 @@ def test_chunked_weight_gradient_equals_xla_convolution(kernel, pads, stride, ch
     b = rng.standard_normal(6)
 
     def ours(x, w, b, dilation=(1, 1)):
-        return conv.conv_nd(x, w, b, stride=stride, padding=pads, dilation=dilation, groups=1)
+        return conv.conv(x, w, b, stride=stride, padding=pads, dilation=dilation, groups=1)
 
     def xla(x, w, b):
         y = jax.lax.conv_general_dilated(x, w, stride, pads)
@@ -350,7 +351,7 @@ def test_weight_gradient_chunks():
     - ``[8, 1, 100, 100]``, stride 2: 2,500 an image, one image; 8 chunks would be the
       whole batch, so ``1``.
     - dilation 2, or bfloat16: ``None``."""
-    from purelayers.layers._convolution import _weight_gradient_chunk as chunk
+    from purelayers.functional.conv import _weight_gradient_chunk as chunk
 
     def of(shape, stride=(1, 1), dilation=(1, 1), dtype=jnp.float32):
         x, w = jnp.zeros(shape, dtype), jnp.zeros((8, shape[1], 3, 3), dtype)
@@ -370,12 +371,12 @@ def test_chunked_weight_gradient_is_the_cpu_choice_only():
     convolution's shape holds ten convolutions (forward, input gradient and one weight
     gradient for each of 8 chunks of 16 images); lowered for a GPU (``jax.export``, no
     device needed) three."""
-    from purelayers.layers import _convolution as conv
+    conv = importlib.import_module("purelayers.functional.conv")
 
     x, w = jnp.ones((128, 32, 14, 14)), jnp.ones((8, 32, 3, 3))
 
     def loss(x, w):
-        y = conv.conv_nd(
+        y = conv.conv(
             x, w, None, stride=(1, 1), padding=((1, 1), (1, 1)), dilation=(1, 1), groups=1
         )
         return jnp.sum(y * y)

@@ -1,8 +1,6 @@
 """Linear beyond the registry's table (torch parity and gradcheck are there): worked
 example, leading axes, init statistics, errors."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,30 +49,11 @@ def test_empty_leading_axes(lead):
     assert not grads["weight"].any() and not grads["bias"].any()
 
 
-def test_rows_are_the_cpu_choice_only():
-    """Lowered for the CPU, the weight gradient of a [2, 3, 5] input is one product over
-    its 6 rows; lowered for a GPU (no device needed: ``jax.export``) it contracts the two
-    leading axes apart, so a sequence-sharded input is not gathered there."""
-    lin = L.Linear(7)
-    params = lin.init(jax.random.key(0), (5,))
-    x = jnp.ones((2, 3, 5))
-
-    def weight_gradient_products(platform):
-        f = jax.jit(jax.grad(lambda p, x: lin.apply(p, x).sum()))
-        module = jax.export.export(f, platforms=(platform,))(params, x).mlir_module()
-        return [line for line in module.splitlines() if "stablehlo.dot_general" in line]
-
-    (cpu,), (cuda,) = weight_gradient_products("cpu"), weight_gradient_products("cuda")
-    assert "contracting_dims = [0] x [0] : (tensor<6x7xf32>, tensor<6x5xf32>)" in cpu
-    assert "contracting_dims = [0, 1] x [0, 1] : (tensor<2x3x7xf32>, tensor<2x3x5xf32>)" in cuda
-
-
 @pytest.mark.parametrize("transposed", [False, True])
-def test_rows_and_axes_forms_match_torch(torch, transposed):
-    """Both product forms (the CPU's rows, the other platforms' axes kept apart; both
-    evaluated here on the CPU) give torch's ``F.linear`` on a 4-d input: values, input
-    and weight gradients, and the forward-mode tangent in the input."""
-    from purelayers.layers.linear import axes_product, rows_product
+def test_functional_linear_matches_torch(torch, transposed):
+    """``F.linear`` gives torch's ``F.linear`` on a 4-d input: values, input and weight
+    gradients, and the forward-mode tangent in the input."""
+    import purelayers.functional as F
 
     rng = np.random.default_rng(3)
     x, ct, dx = (
@@ -93,115 +72,18 @@ def test_rows_and_axes_forms_match_torch(torch, transposed):
     )
     tgw = tw.grad.numpy().T if transposed else tw.grad.numpy()
     expected = (ty.detach().numpy(), tx.grad.numpy(), tgw, t_tangent.numpy())
-    for form in (rows_product, axes_product):
-        y, vjp = jax.vjp(lambda x, w, f=form: f(x, w, transposed), x, w)
-        _, tangent = jax.jvp(lambda x, f=form: f(x, w, transposed), (x,), (dx,))
+    for form in (F.linear,):
+        y, vjp = jax.vjp(lambda x, w, f=form: f(x, w, transposed=transposed), x, w)
+        _, tangent = jax.jvp(lambda x, f=form: f(x, w, transposed=transposed), (x,), (dx,))
         for got, want in zip((y, *vjp(ct), tangent), expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def _reference_linear(x, w, transposed):
-    """``Linear``'s product as one einsum (XLA's own derivatives)."""
-    return jnp.einsum("...i,io->...o" if transposed else "...i,oi->...o", x, w)
-
-
-def _nonlinear_loss(product, transposed):
-    return lambda x, w: jnp.sum(jnp.tanh(product(x, w, transposed)) ** 2)
-
-
-def _derivatives(product, transposed, x, w, dx, dw, ct):
-    """Value, both cotangents, the forward-mode tangent and Hessian-vector products of
-    a nonlinear loss (forward over reverse, reverse over reverse) of ``product``."""
-    y, vjp = jax.vjp(lambda x, w: product(x, w, transposed), x, w)
-    _, tangent = jax.jvp(lambda x, w: product(x, w, transposed), (x, w), (dx, dw))
-    grad = jax.grad(_nonlinear_loss(product, transposed), argnums=(0, 1))
-    _, hvp = jax.jvp(grad, (x, w), (dx, dw))
-
-    def along(x, w):
-        gx, gw = grad(x, w)
-        return jnp.vdot(gx, dx) + jnp.vdot(gw, dw)
-
-    return (y, *vjp(ct), tangent, *hvp, *jax.grad(along, argnums=(0, 1))(x, w))
-
-
-@pytest.mark.parametrize(("transposed", "jit"), [(False, False), (False, True), (True, True)])
-def test_leading_axes_product_derivatives_to_second_order(transposed, jit):
-    """``Linear``'s product of a 4-d input (``leading_axes_product``: ``dot_general``
-    with a weight tangent lowered per platform) and that weight tangent's primitive
-    ``lead_product`` alone: value, both cotangents, forward-mode tangents and the second
-    derivatives of a nonlinear loss in both modes equal XLA's own derivatives of the
-    same einsum, float64, jitted (and eagerly, which runs the primitives' own
-    evaluation)."""
-    from purelayers.layers._lead_products import lead_product, leading_axes_product
-
-    rng = np.random.default_rng(0)
-    with jax.enable_x64(True):
-        x, dx = (jnp.asarray(rng.standard_normal((2, 3, 4, 5))) for _ in range(2))
-        shape = (5, 6) if transposed else (6, 5)
-        w, dw = (jnp.asarray(rng.standard_normal(shape)) for _ in range(2))
-        ct = jnp.asarray(rng.standard_normal((2, 3, 4, 6)))
-        args = (x, w, dx, dw, ct)
-        want = _derivatives(_reference_linear, transposed, *args)
-        for product in (leading_axes_product, lead_product):
-            run = functools.partial(_derivatives, product, transposed)
-            got = (jax.jit(run) if jit else run)(*args)
-            for g, e in zip(got, want, strict=True):
-                np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
-
-
-def test_leading_axes_products_under_vmap():
-    """``vmap`` over the input (one more leading axis), over per-example weights (XLA's
-    batched product) and over both, and ``vmap`` of the gradient, of ``Linear``'s
-    product and of its weight tangent's primitive: each equals the einsum's."""
-    from purelayers.layers._lead_products import lead_product, leading_axes_product
-
-    rng = np.random.default_rng(1)
-    x = jnp.asarray(rng.standard_normal((3, 2, 4, 5)), jnp.float32)
-    w = jnp.asarray(rng.standard_normal((6, 5)), jnp.float32)
-    ws = jnp.asarray(rng.standard_normal((4, 6, 5)), jnp.float32)
-    cases = [
-        (lambda f: jax.vmap(lambda x: f(x, w, False), in_axes=2)(x)),
-        (lambda f: jax.vmap(lambda w: f(x, w, False))(ws)),
-        (lambda f: jax.vmap(lambda x, w: f(x, w, False), in_axes=(2, 0))(x, ws)),
-        (lambda f: jax.vmap(jax.grad(_nonlinear_loss(f, False), (0, 1)), (2, None))(x, w)),
-        (lambda f: jax.vmap(jax.grad(_nonlinear_loss(f, False), (0, 1)), (None, 0))(x, ws)),
-    ]
-    for case in cases:
-        want = case(_reference_linear)
-        for product in (leading_axes_product, lead_product):
-            got = jax.jit(case, static_argnums=0)(product)
-            for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-                np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
-
-
-def test_leading_axes_product_is_traced_without_a_switch():
-    """The weight gradient's form is chosen by a primitive's lowering rules, so the
-    traced gradient of a ``Linear`` on a 3-d input holds no ``cond`` (a ``switch`` per
-    product, as ``lax.platform_dependent`` stages, has JAX build the derivative of both
-    forms); lowered for several platforms at once, the module still lowers."""
-    lin = L.Linear(7)
-    params = lin.init(jax.random.key(0), (5,))
-    x = jnp.ones((2, 3, 5))
-
-    def loss(p, x):
-        return jnp.sum(jnp.tanh(lin.apply(p, x)))
-
-    jaxpr = str(jax.make_jaxpr(jax.grad(loss))(params, x))
-    assert "purelayers_lead_contraction" in jaxpr
-    assert "cond[" not in jaxpr and "platform_index" not in jaxpr
-    exported = jax.export.export(jax.jit(jax.grad(loss)), platforms=("cpu", "cuda"))(params, x)
-    assert exported.platforms == ("cpu", "cuda")
-
-
 def test_under_shard_map_the_product_keeps_jax_sharding_types():
     """Inside ``shard_map`` (a one-device mesh here) values carry JAX's varying manual
-    axes, which ``dot_general`` passes through and the weight gradient's primitive does
-    not try to (its weight cotangent would lack the sum over the manual axis): there
-    ``Linear`` keeps the ``platform_dependent`` form, and its value and gradients on a
-    3-d input equal those outside."""
+    axes, which ``Linear``'s product passes through: its value and gradients on a 3-d
+    input equal those outside."""
     from jax.sharding import PartitionSpec as P
-
-    from purelayers.layers._lead_products import meshless
 
     lin = L.Linear(6)
     params = lin.init(jax.random.key(0), (4, 3, 5))
@@ -212,13 +94,11 @@ def test_under_shard_map_the_product_keeps_jax_sharding_types():
         return jax.value_and_grad(lambda p, x: jnp.sum(jnp.tanh(lin.apply(p, x))), (0, 1))(p, x)
 
     def body(p, x):
-        assert not meshless(x, p["weight"])
         value, grads = value_and_grads(p, x)
         return jax.lax.psum(value, "data"), grads  # p's gradient JAX sums itself
 
     specs = (P(), P("data"))
     sharded = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=(P(), (P(), P("data"))))
-    assert meshless(x, params["weight"])
     got, want = jax.jit(sharded)(params, x), value_and_grads(params, x)
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)

@@ -283,7 +283,7 @@ def test_tiled_max_gradient_follows_torch_through_nans_and_infinities(torch, cha
     """The tiled max (one variadic reduction, its derivative routed by the saved
     position) sends each window's gradient to torch's element: the last of two NaNs,
     the NaN after an infinity, the first of ``-inf``s, the first of equal maxima. Over
-    more than 16 channels the CPU reduces channels-last (``_window_taps._channels_last``)."""
+    more than 16 channels the CPU reduces channels-last (``F.pooling._channels_last``)."""
     x = _special_windows(channels)
     layer = MaxPool2d(2)
     g = np.random.default_rng(4).standard_normal((2, channels, 2, 2)).astype(np.float32)

@@ -5,9 +5,7 @@ subgradient at the kinks: branches are selected with ``jnp.where`` on a strict
 comparison (``jnp.maximum`` would split ties 0.5/0.5), and a branch that could
 overflow is fed a safe input so its unused gradient never turns into NaN.
 
-The softmax family (``Softmax``, ``LogSoftmax``, ``Softmin``, ``Softmax2d``) is defined
-in ``_softmax`` and exported from here; clamps, thresholds and shrinks live in
-``thresholds``; the learned-slope ``PReLU`` in ``prelu``.
+The functions are ``purelayers.functional.activation``'s, re-exported here.
 
 Shape: every activation maps ``(...)`` to the same shape and dtype, except the gated
 ones (``SwiGLU``, ``GLU``), which halve an axis.
@@ -16,13 +14,33 @@ ones (``SwiGLU``, ``GLU``), which halve an axis.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.activation import (
+    celu,
+    elu,
+    exponential,
+    gelu,
+    glu,
+    hard_sigmoid,
+    leaky_relu,
+    log_sigmoid,
+    log_softmax,
+    mish,
+    relu,
+    relu6,
+    selu,
+    sigmoid,
+    silu,
+    softmax,
+    softmin,
+    softplus,
+    softsign,
+    tanh,
+)
 from purelayers.layers._checks import (
     LayerError,
     check_choice,
@@ -30,15 +48,12 @@ from purelayers.layers._checks import (
     check_int,
     config_error,
 )
-from purelayers.layers._softmax import (
+from purelayers.layers.activation.softmax import (
     LogSoftmax,
     Softmax,
     Softmax2d,
     Softmin,
     _need_axis,
-    log_softmax,
-    softmax,
-    softmin,
 )
 from purelayers.layers.core import Layer, Params
 
@@ -87,155 +102,6 @@ __all__ = [
     "softsign",
     "tanh",
 ]
-
-
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def relu(x: jax.Array) -> jax.Array:
-    """``max(x, 0)``; gradient 0 at 0 and NaN kept (``torch.relu``). ``jax.nn.relu``: the
-    same compiled program as a hand-written JAX model's."""
-    return jax.nn.relu(x)
-
-
-def relu6(x: jax.Array) -> jax.Array:
-    """``min(max(x, 0), 6)``; gradient 0 at both kinks and NaN kept (``torch.nn.functional.relu6``)."""
-    return jnp.where(x >= 6, jnp.full_like(x, 6), jnp.where(x <= 0, jnp.zeros_like(x), x))
-
-
-def leaky_relu(x: jax.Array, negative_slope: float = 0.01) -> jax.Array:
-    """``x`` if ``x > 0`` else ``negative_slope * x``; gradient ``negative_slope`` at 0, as torch."""
-    return jnp.where(x > 0, x, x * negative_slope)
-
-
-def _negative_part(x: jax.Array) -> jax.Array:
-    # x where x <= 0, else 0: keeps exp() of the unused branch finite (no 0 * inf NaN)
-    # while the gradient at exactly 0 stays 1, as torch's.
-    return jnp.where(x > 0, jnp.zeros_like(x), x)
-
-
-def elu(x: jax.Array, alpha: float = 1.0) -> jax.Array:
-    """``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``; gradient ``alpha`` at 0 (``torch.nn.functional.elu``)."""
-    return jnp.where(x > 0, x, alpha * jnp.expm1(_negative_part(x)))
-
-
-def celu(x: jax.Array, alpha: float = 1.0) -> jax.Array:
-    """``x`` if ``x > 0`` else ``alpha * (exp(x / alpha) - 1)``; gradient 1 at 0
-    (``torch.nn.functional.celu``)."""
-    return jnp.where(x > 0, x, alpha * jnp.expm1(_negative_part(x) / alpha))
-
-
-def selu(x: jax.Array) -> jax.Array:
-    """``scale * elu(x, alpha)`` with the self-normalizing constants (``torch.selu``)."""
-    return _SELU_SCALE * elu(x, _SELU_ALPHA)
-
-
-def gelu(x: jax.Array, approximate: str = "none") -> jax.Array:
-    """``x * Phi(x)``: the exact erf form by default, ``approximate="tanh"`` for the tanh form.
-
-    Note ``jax.nn.gelu`` defaults to the tanh form; torch (and this) to the exact one.
-
-    The value is ``jax.nn.gelu``'s; the derivative is written out as torch's GELU
-    backward computes it (``_gelu_slope``), so a training step keeps one array for it
-    (the slope, or the input XLA recomputes it from), where JAX's derivative of the
-    formula keeps the input and the ``tanh`` (or ``erf``) beside it. The benchmark
-    transformer's training step (its MLPs' ``[16, 128, 1024]`` activations; 2-core Intel
-    Xeon, in-process, alternating rounds): tanh form temporaries 235.2 -> 203.2 MiB and the step 295.7 -> 285.7 ms (15
-    rounds), exact form 267.2 -> 203.2 MiB and 322.5 -> 298.9 ms (9 rounds); XLA:CPU
-    maps and first-touches a step's temporaries afresh on every call, so memory not
-    kept is time saved. (``silu``'s derivative written out the same way left a Llama
-    MLP's training step as it was, 251.0 MiB and 479 ms: XLA keeps the same arrays
-    either way.)
-    """
-    return _gelu(x, approximate == "tanh")
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _gelu(x: jax.Array, tanh_form: bool) -> jax.Array:
-    return jax.nn.gelu(x, approximate=tanh_form)
-
-
-@_gelu.defjvp
-def _gelu_jvp(tanh_form: bool, primals: tuple, tangents: tuple):
-    (x,), (dx,) = primals, tangents
-    return _gelu(x, tanh_form), _gelu_slope(x, tanh_form) * dx
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_GELU_TANH_CUBIC = 0.044715
-
-
-def _gelu_slope(x: jax.Array, tanh_form: bool) -> jax.Array:
-    """``d gelu / dx``, in torch's order of operations (``GeluBackward``): the tanh form
-    ``0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 c x^2)`` with ``t`` the tanh of
-    ``sqrt(2/pi) (x + c x^3)``, ``c = 0.044715``; the exact form ``Phi(x) + x phi(x)``."""
-    if tanh_form:
-        x2 = x * x
-        t = jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_TANH_CUBIC * x2 * x))
-        inner = _SQRT_2_OVER_PI * (1 + 3 * _GELU_TANH_CUBIC * x2)
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * inner
-    cdf = 0.5 * (1 + jax.lax.erf(x * (1 / math.sqrt(2.0))))
-    pdf = jnp.exp(-0.5 * x * x) * (1 / math.sqrt(2.0 * math.pi))
-    return cdf + x * pdf
-
-
-def silu(x: jax.Array) -> jax.Array:
-    """``x * sigmoid(x)`` (``torch.nn.functional.silu``)."""
-    return x * jax.nn.sigmoid(x)
-
-
-def sigmoid(x: jax.Array) -> jax.Array:
-    """``1 / (1 + exp(-x))`` (``torch.sigmoid``)."""
-    return jax.nn.sigmoid(x)
-
-
-def tanh(x: jax.Array) -> jax.Array:
-    """``torch.tanh``."""
-    return jnp.tanh(x)
-
-
-def softplus(x: jax.Array, beta: float = 1.0, threshold: float = 20.0) -> jax.Array:
-    """``log(1 + exp(beta * x)) / beta``, and ``x`` where ``beta * x > threshold``
-    (``torch.nn.functional.softplus``). The linear branch's input never reaches ``exp``."""
-    linear = x * beta > threshold
-    safe = jnp.where(linear, jnp.zeros_like(x), x)
-    return jnp.where(linear, x, jnp.log1p(jnp.exp(beta * safe)) / beta)
-
-
-def softsign(x: jax.Array) -> jax.Array:
-    """``x / (1 + |x|)`` (``torch.nn.functional.softsign``)."""
-    return x / (1 + jnp.abs(x))
-
-
-def mish(x: jax.Array) -> jax.Array:
-    """``x * tanh(softplus(x))`` (``torch.nn.functional.mish``)."""
-    return x * jnp.tanh(jax.nn.softplus(x))
-
-
-def log_sigmoid(x: jax.Array) -> jax.Array:
-    """``log(sigmoid(x)) = -softplus(-x)``, without overflow (``torch.nn.functional.logsigmoid``)."""
-    return jax.nn.log_sigmoid(x)
-
-
-def hard_sigmoid(x: jax.Array) -> jax.Array:
-    """``relu6(x + 3) / 6``: 0 below -3, 1 above 3, ``x / 6 + 1/2`` between; gradient 0 at
-    exactly -3 and 3, as ``torch.nn.functional.hardsigmoid``."""
-    inside = (x > -3) & (x < 3)
-    outside = jnp.where(x >= 3, jnp.ones_like(x), jnp.zeros_like(x))
-    return jnp.where(inside, x / 6 + 0.5, outside)
-
-
-def exponential(x: jax.Array) -> jax.Array:
-    """``exp(x)`` (``torch.exp``)."""
-    return jnp.exp(x)
-
-
-def glu(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``a * sigmoid(b)`` with ``a, b`` the two halves of ``x`` along ``axis`` (``a``
-    first), which must have even length (``torch.nn.functional.glu``)."""
-    a, b = jnp.split(x, 2, axis=axis)
-    return a * jax.nn.sigmoid(b)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,30 +9,19 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.activation import (
+    prelu,
+)
 from purelayers.init import Initializer, constant
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
-    broadcast_to_axis,
     check_float,
     check_int,
-    summed_in_float32,
 )
 from purelayers.layers.core import Layer, Params
 
 __all__ = ["PReLU", "prelu"]
-
-
-def prelu(x: jax.Array, weight: jax.Array) -> jax.Array:
-    """``x`` if ``x > 0`` else ``weight * x``, ``weight`` of shape ``(1,)`` or ``(C,)``
-    applied along axis 1 (``torch.nn.functional.prelu``); gradient ``weight`` at 0."""
-    if weight.shape[0] == 1:
-        slope = weight.reshape(())
-    else:
-        slope = broadcast_to_axis(weight, jnp.ndim(x), 1 if jnp.ndim(x) >= 2 else 0)
-    # its gradient, a sum over every broadcast element, adds in float32 under bfloat16
-    slope = summed_in_float32(slope.astype(x.dtype), jnp.shape(x))
-    return jnp.where(x > 0, x, slope * x)
 
 
 _UNSET: Any = object()  # an argument not given

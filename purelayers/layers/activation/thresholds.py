@@ -20,8 +20,16 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.activation import (
+    hardshrink,
+    hardswish,
+    hardtanh,
+    softshrink,
+    tanhshrink,
+    threshold,
+)
 from purelayers.layers._checks import check_float, config_error, need_key, need_representable
-from purelayers.layers.activation import _Activation
+from purelayers.layers.activation.elementwise import _Activation
 from purelayers.layers.core import Params
 
 __all__ = [
@@ -42,30 +50,6 @@ __all__ = [
 ]
 
 
-def _scalar(x: Any, value: float) -> float | int:
-    """``value`` as torch converts a scalar for ``x``: truncated for integer inputs."""
-    return int(value) if jnp.issubdtype(jnp.result_type(x), jnp.integer) else value
-
-
-def hardtanh(x: jax.Array, min_val: float = -1.0, max_val: float = 1.0) -> jax.Array:
-    """``min(max(x, min_val), max_val)``; gradient 1 strictly inside, 0 at both bounds and
-    outside, NaN kept (``torch.nn.functional.hardtanh``)."""
-    lo, hi = _scalar(x, min_val), _scalar(x, max_val)
-    return jnp.where(x >= hi, jnp.full_like(x, hi), jnp.where(x <= lo, jnp.full_like(x, lo), x))
-
-
-def hardswish(x: jax.Array) -> jax.Array:
-    """``x * relu6(x + 3) / 6``; gradient 0 at -3 and 1 at 3, as
-    ``torch.nn.functional.hardswish``."""
-    return jnp.where(x <= -3, x * 0, jnp.where(x >= 3, x, x * (x + 3) / 6))
-
-
-def threshold(x: jax.Array, threshold: float, value: float) -> jax.Array:
-    """``x`` if ``x > threshold`` else ``value``; gradient 0 at ``x == threshold``
-    (``torch.nn.functional.threshold``)."""
-    return jnp.where(x <= _scalar(x, threshold), jnp.full_like(x, _scalar(x, value)), x)
-
-
 def rrelu(
     x: jax.Array,
     lower: float = 1.0 / 8,
@@ -83,25 +67,6 @@ def rrelu(
     need_key(layer, key)
     slope = jax.random.uniform(key, jnp.shape(x), jnp.result_type(x), lower, upper)
     return jnp.where(x > 0, x, x * slope)
-
-
-def softshrink(x: jax.Array, lambd: float = 0.5) -> jax.Array:
-    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between (NaN
-    kept); gradient 0 at ``+-lambd`` (``torch.nn.functional.softshrink``)."""
-    return jnp.where(x > lambd, x - lambd, jnp.where(x < -lambd, x + lambd, x * 0))
-
-
-def hardshrink(x: jax.Array, lambd: float = 0.5) -> jax.Array:
-    """``x`` if ``|x| > lambd`` else 0; gradient 0 at ``+-lambd``
-    (``torch.nn.functional.hardshrink``)."""
-    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros_like(x), x)
-
-
-def tanhshrink(x: jax.Array) -> jax.Array:
-    """``x - tanh(x)`` (``torch.nn.functional.tanhshrink``); integers give float32."""
-    if not jnp.issubdtype(jnp.result_type(x), jnp.floating):
-        x = jnp.asarray(x, jnp.float32)
-    return x - jnp.tanh(x)
 
 
 @dataclasses.dataclass(frozen=True)

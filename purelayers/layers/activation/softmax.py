@@ -16,6 +16,11 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.activation import (
+    log_softmax,
+    softmax,
+    softmin,
+)
 from purelayers.layers._checks import LayerError, check_int, need_ndim
 from purelayers.layers.core import Layer, Params
 
@@ -28,21 +33,6 @@ __all__ = [
     "softmax",
     "softmin",
 ]
-
-
-def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``exp(x) / sum(exp(x))`` along ``axis``, max-subtracted (``torch.softmax``)."""
-    return jax.nn.softmax(x, axis=axis)
-
-
-def log_softmax(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``x - logsumexp(x)`` along ``axis`` (``torch.log_softmax``)."""
-    return jax.nn.log_softmax(x, axis=axis)
-
-
-def softmin(x: jax.Array, axis: int = -1) -> jax.Array:
-    """``softmax(-x)`` along ``axis`` (``torch.nn.functional.softmin``)."""
-    return jax.nn.softmax(-x, axis=axis)
 
 
 def _need_axis(layer: str, x: Any, axis: int, name: str = "axis") -> None:
@@ -73,50 +63,77 @@ class _AlongAxis(Layer):
         return self.function(x)  # type: ignore[attr-defined]
 
 
+_SAME: Any = object()  # ``axis`` not given: ``dim`` decides
+
+
 @dataclasses.dataclass(frozen=True)
-class Softmax(_AlongAxis):
-    """Softmax along ``axis``. Matches ``torch.nn.Softmax(dim=axis)``.
+class _SoftmaxLike(_AlongAxis):
+    """``Softmax`` and ``LogSoftmax``: ``dim`` (torch's name) or its older spelling ``axis``."""
 
-    ``axis=None`` is torch's ``dim=None`` (its default, deprecated there): torch's
-    legacy implicit choice, axis 0 for inputs of rank 0, 1 or 3 and axis 1 otherwise.
-    Default ``-1``, the last axis.
-    """
-
-    axis: int | None = -1
+    dim: int | None = -1
+    _: dataclasses.KW_ONLY
+    axis: int | None = dataclasses.field(default=_SAME, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.axis is not None:
-            check_int("Softmax", "axis", self.axis, minimum=-(2**31))
+        name = type(self).__name__
+        if self.axis is not _SAME:
+            if self.dim != -1 and self.dim != self.axis:
+                raise ValueError(
+                    f"{name}: dim and axis are one setting; got dim={self.dim} and axis={self.axis}"
+                )
+            object.__setattr__(self, "dim", self.axis)
+        arg = "dim" if self.axis is _SAME else "axis"
+        object.__setattr__(self, "axis", self.dim)
+        if self.dim is not None:
+            check_int(name, arg, self.dim, minimum=-(2**31))
 
     def function(self, x):
-        axis = _implicit_axis(jnp.ndim(x)) if self.axis is None else self.axis
+        axis = _implicit_axis(jnp.ndim(x)) if self.dim is None else self.dim
         _need_axis(type(self).__name__, x, axis)
         if jnp.ndim(x) == 0:  # torch takes a scalar along dim 0 or -1
-            return softmax(jnp.reshape(x, (1,)), 0)[0]
-        return softmax(x, axis)
+            return self.formula(jnp.reshape(x, (1,)), 0)[0]
+        return self.formula(x, axis)
 
 
 @dataclasses.dataclass(frozen=True)
-class LogSoftmax(_AlongAxis):
-    """Log-softmax along ``axis``. Matches ``torch.nn.LogSoftmax(dim=axis)``.
+class Softmax(_SoftmaxLike):
+    r"""``y_i = exp(x_i) / sum_j exp(x_j)`` along ``dim``, max-subtracted. Matches
+    ``torch.nn.Softmax(dim)``.
 
-    ``axis=None`` is torch's ``dim=None`` (its default, deprecated there): torch's
-    legacy implicit choice, axis 0 for inputs of rank 0, 1 or 3 and axis 1 otherwise.
-    Default ``-1``, the last axis.
+    Args:
+      dim: the axis to normalize along (``axis=`` is accepted as another spelling), or
+        ``None`` for torch's legacy implicit choice (axis 0 for inputs of rank 0, 1 or 3,
+        axis 1 otherwise). Default ``-1``, the last axis (torch's default is ``None``).
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Example:
+      >>> Softmax(dim=1).apply({}, jnp.zeros((2, 4)))[0]
+      Array([0.25, 0.25, 0.25, 0.25], dtype=float32)
     """
 
-    axis: int | None = -1
+    formula = staticmethod(softmax)
 
-    def __post_init__(self):
-        if self.axis is not None:
-            check_int("LogSoftmax", "axis", self.axis, minimum=-(2**31))
 
-    def function(self, x):
-        axis = _implicit_axis(jnp.ndim(x)) if self.axis is None else self.axis
-        _need_axis(type(self).__name__, x, axis)
-        if jnp.ndim(x) == 0:
-            return log_softmax(jnp.reshape(x, (1,)), 0)[0]
-        return log_softmax(x, axis)
+@dataclasses.dataclass(frozen=True)
+class LogSoftmax(_SoftmaxLike):
+    r"""``y_i = x_i - log(sum_j exp(x_j))`` along ``dim``. Matches ``torch.nn.LogSoftmax(dim)``.
+
+    Args:
+      dim: the axis to normalize along (``axis=`` is accepted as another spelling), or
+        ``None`` for torch's legacy implicit choice (axis 0 for inputs of rank 0, 1 or 3,
+        axis 1 otherwise). Default ``-1``, the last axis (torch's default is ``None``).
+
+    Shape:
+      any floating-point input; output the same shape and dtype.
+
+    Example:
+      >>> LogSoftmax(axis=0).apply({}, jnp.zeros(2))
+      Array([-0.6931472, -0.6931472], dtype=float32)
+    """
+
+    formula = staticmethod(log_softmax)
 
 
 @dataclasses.dataclass(frozen=True)
