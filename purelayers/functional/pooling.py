@@ -161,9 +161,7 @@ def max_and_winner(x: jax.Array, taps: Taps, moved: Taps | None) -> tuple[jax.Ar
 
     The derivative routes each tap's tangent by that position (a chain of selects), so
     the backward pass reads the saved positions instead of ``x``: ``x`` (typically a
-    convolution's output) is freed once the forward has pooled it, and a ReLU that
-    ``Sequential`` applies after the pool (``pool._MaxPoolNd._runs_before``) takes its mask
-    from the saved max; with it, about 10% off the cnn benchmark's training step. Equal to
+    convolution's output) is freed once the forward has pooled it. Equal to
     ``max_of_taps_reference`` in value and derivatives."""
     if moved is None:
         return _stacked_max(taps(x))

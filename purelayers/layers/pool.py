@@ -68,7 +68,6 @@ from purelayers.layers._checks import LayerError
 from purelayers.layers._maxindex import lowest as _lowest
 from purelayers.layers._maxindex import max_by_table, select, window_tables
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
-from purelayers.layers.activation import ReLU
 from purelayers.layers.core import Layer, Params
 
 __all__ = [
@@ -165,23 +164,6 @@ class _MaxPoolNd(_PoolNd):
     dilation: int | tuple[int, ...] = 1
     return_indices: bool = False
     ceil_mode: bool = False
-
-    def _runs_before(self, previous: Layer, x: Any) -> bool:
-        """A ``ReLU`` on floating-point ``x`` before an unpadded max pool without
-        indices: ``Sequential`` pools first. ``max(relu(x)) == relu(max(x))`` over any
-        window, and where the two orders could pick different elements (a window's
-        maximum at most 0) the ReLU's derivative is 0 either way (``relu'(0) == 0``, as
-        torch). The ReLU then runs on the pooled values, and its mask comes from the
-        maximum that ``F.max_and_winner`` saves, so the pool's input (a convolution's
-        output) is not kept for the backward pass. Padding is excluded so that no window mixes ``-inf`` padding with the ReLU's zeros."""
-        dtype = getattr(x, "dtype", None)
-        return (
-            type(previous) is ReLU
-            and dtype is not None
-            and jnp.issubdtype(dtype, jnp.floating)
-            and not self.return_indices
-            and all(p == 0 for p in self.padding)
-        )
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)
