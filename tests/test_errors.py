@@ -86,8 +86,10 @@ TESTED_ELSEWHERE = {
 # Sites no public call can reach, by the qualified name of their function (in whichever
 # module it is defined): internal invariants.
 UNREACHABLE: dict[str, str] = {
-    "_check_call": "re-raises the misfit layers/_fit.py raised (the traceback starts "
-    "there) once the layer's own checks had their say",
+    "_checking.apply": "re-raises the misfit layers/_fit.py raised or the layer's own "
+    "error (the traceback starts there), whichever names the problem",
+    "raise_with_path": "re-raises the exception a child raised (the traceback starts there) "
+    "with the child's path in its message",
     "CausalLM.build": "abstract: every model class overrides it",
     "CausalLM.hidden_size": "abstract: every model class overrides it",
 }
@@ -172,6 +174,64 @@ def _norm_missing_affine(layer, name, shape):
     del params["0"][name]
     kwargs = {"state": model.init_state(shape), "train": True} if "Batch" in repr(layer) else {}
     return model.apply(params, jnp.ones(shape), **kwargs)
+
+
+def _fields_child(**fields):
+    """A composite of the given child fields whose apply runs ``fc`` then ``out``."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Net(L.Layer):
+        fc: L.Layer = L.Linear(4)
+        out: L.Layer = L.Linear(2)
+        spare: L.Layer = L.Identity()
+        heads: Any = None
+
+        def apply(self, params, x, *, key=None, train=False):
+            return self.call("out", params, self.call("fc", params, x))
+
+    return Net(**fields)
+
+
+def _frozen_dict_set():
+    net = _fields_child(heads={"a": L.Linear(2)})
+    net.heads.extra = 1
+
+
+def _child_init_refuses():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Ids(L.Layer):
+        fc: L.Layer = L.Linear(4)
+        conv: L.Layer = L.Conv2d(3, 1)
+
+        def apply(self, params, x, *, key=None, train=False):
+            return self.call("conv", params, self.call("fc", params, x))
+
+    return Ids().init(KEY, (2, 5))
+
+
+def _traced_train():
+    model = L.Sequential(L.Linear(2), L.Dropout(0.5))
+    params = model.init(KEY, (2, 3))
+    return jax.jit(model.apply)(params, jnp.ones((2, 3)), train=True, key=KEY)
+
+
+def _own_and_child_named_alike():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Twice(L.Layer):
+        fc: L.Layer = L.Linear(4)
+
+        def own_names(self):
+            return ("fc",)
+
+        def apply(self, params, x, *, key=None, train=False):
+            return self.call("fc", params, x)
+
+    return Twice()
 
 
 @traced
@@ -434,8 +494,22 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      LayerError, r"^Sequential\[0\] GroupNorm: params has no entry 'weight'\n  got keys \['bias'\]"),
     ("batchnorm-missing-bias", lambda: _norm_missing_affine(L.BatchNorm1d(), "bias", (3, 4)),
      LayerError, r"^Sequential\[0\] BatchNorm1d: params has no entry 'bias'\n  got keys \['weight'\]"),
+    ("composite-dict-key-dot", lambda: _fields_child(heads={"a.b": L.Linear(2)}), ValueError,
+     r"^Net: heads: child names must be non-empty strings without '\.', got 'a\.b'"),
+    ("composite-name-twice", lambda: _own_and_child_named_alike(), ValueError,
+     r"^Twice: the name 'fc' is used twice, by a child \(field 'fc'\) and by one of the "
+     r"layer's own arrays"),
+    ("composite-frozen-dict", _frozen_dict_set, AttributeError, r"^FrozenDict is immutable$"),
+    ("composite-unreached-child", lambda: _fields_child(spare=L.Linear(3)).init(KEY, (2, 5)),
+     LayerError, r"^Net: child 'spare' \(Linear\) has parameters but apply did not call it"),
+    ("composite-child-init-refuses", _child_init_refuses, LayerError,
+     r"^Ids\[conv\] Conv2d: input rank expected 4 \(N, C, H, W\) or 3"),
+    ("traced-train", _traced_train, LayerError,
+     r"train is a traced value.*\n  pass it as a static argument: "
+     r"jax\.jit\(model\.apply, static_argnames='train'\)"),
     ("composite-call-missing-params", _residual_missing_child, LayerError,
-     r"^Residual\[norm\] Linear: params has no entry 'weight'\n  got keys \[\]"),
+     r"^Residual\[norm\] Linear: params entries 'weight', 'bias' expected weight: an array of "
+     r"shape \(8, 8\); bias: an array of shape \(8,\), got nothing"),
     ("init-shape-type", lambda: L.Linear(4).init(KEY, None), ValueError,
      r"^Linear\.init: shape must be the input's shape \(a tuple of non-negative ints\) or an "
      r"example array \(or jax\.ShapeDtypeStruct\), got None$"),

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +30,8 @@ __all__ = [
     "check_child_name",
     "check_static_train",
     "members",
+    "raise_with_path",
     "unchecked",
-    "with_path",
 ]
 
 
@@ -303,11 +303,8 @@ def derived_init(
             continue
         if not jax.tree.leaves(rec.params[name]):
             continue
-        try:
-            p = child.init(jax.random.fold_in(key, ordinal), rec.inputs[name], dtype)
-        except LayerError as e:
-            raise e.within(type(layer).__name__, name) from None
-        _put(out, name, p)
+        # the abstract run already took this input: the child's init accepts it
+        _put(out, name, child.init(jax.random.fold_in(key, ordinal), rec.inputs[name], dtype))
         ordinal += 1
     return out
 
@@ -341,16 +338,16 @@ def check_static_train(layer: str, train: Any) -> None:
         )
 
 
-def with_path(error: Exception, parent: str, name: str, child: str) -> Exception:
-    """``error`` (any exception raised inside child ``name`` of ``parent``) with its
-    message prefixed by the child's path, as a ``LayerError``'s is
-    (``Sequential[blocks.1] Linear: ...``); the same object, so its type and traceback
+def raise_with_path(error: Exception, parent: str, name: str, child: str) -> NoReturn:
+    """Raise ``error`` (any exception raised inside child ``name`` of ``parent``) again
+    with its message prefixed by the child's path, as a ``LayerError``'s is
+    (``Sequential[blocks.1] Linear: ...``): the same object, so its type and traceback
     stay. An exception whose first argument is not a message gets a note instead."""
     where = getattr(error, "_purelayers_where", None)
     if where is None:
         if error.args and not isinstance(error.args[0], str):
             error.add_note(f"raised in {parent}[{name}] {child}")
-            return error
+            raise error
         message = error.args[0] if error.args else ""
         path, layer = (name,), child
     else:
@@ -358,4 +355,4 @@ def with_path(error: Exception, parent: str, name: str, child: str) -> Exception
         path = (name, *path)
     error._purelayers_where = (message, path, layer)  # type: ignore[attr-defined]
     error.args = (f"{parent}[{'.'.join(path)}] {layer}: {message}", *error.args[1:])
-    return error
+    raise error

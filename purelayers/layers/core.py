@@ -39,8 +39,8 @@ from purelayers.layers._compose import (
     freeze_fields,
     is_layers_dict,
     is_layers_tuple,
+    raise_with_path,
     recording_call,
-    with_path,
 )
 from purelayers.layers._field_checks import check_fields
 
@@ -248,7 +248,10 @@ class Layer(metaclass=_LayerType):
         """
         child = self._child(name)
         check_static_train(type(self).__name__, kwargs.get("train", False))
-        recording_call(self, name, child, params, x, args, kwargs)
+        try:
+            recording_call(self, name, child, params, x, args, kwargs)
+        except LayerError as e:  # the child's init refuses the input apply gives it
+            raise e.within(type(self).__name__, name) from None
         p = _part(params, name)
         if "state" in kwargs:
             part = _part(kwargs["state"], name) if kwargs["state"] is not None else None
@@ -346,7 +349,7 @@ def apply_child(
         raise err.within(type(parent).__name__, name) from None
     except Exception as e:
         # any other exception keeps its type and gains the child's path in its message
-        raise with_path(e, type(parent).__name__, name, type(child).__name__) from None
+        raise_with_path(e, type(parent).__name__, name, type(child).__name__)
 
 
 def _a_missing_buffer(child: Layer, key: Any, state: Any, x: Any) -> bool:

@@ -318,3 +318,25 @@ def test_output_shape():
     heads = TinyUNet().output_shape(SHAPE)  # a stateful layer: the output, not the state
     assert [h.shape for h in heads] == [(2, 3, 8, 8), (2, 1, 8, 8)]
     assert L.Linear(5).output_shape((7, 3)).shape == (7, 5)
+
+
+def test_a_child_apply_never_reaches_needs_init_written():
+    @dataclasses.dataclass(frozen=True)
+    class Unused(L.Layer):
+        fc: L.Layer = L.Linear(3)
+        spare: L.Layer = L.Linear(2)
+        act: L.Layer = L.ReLU()  # parameter-free: unreached is fine
+
+        def apply(self, params, x, *, key=None, train=False):
+            return self.call("fc", params, x)
+
+    with pytest.raises(L.LayerError, match=r"^Unused: child 'spare' \(Linear\) has parameters"):
+        Unused().init(jax.random.key(0), (2, 4))
+
+
+def test_frozen_dict_field_cannot_be_changed():
+    heads = TinyUNet().heads
+    with pytest.raises(AttributeError, match="FrozenDict is immutable"):
+        heads.x = 1
+    with pytest.raises(TypeError):
+        heads["seg"] = L.Linear(2)
