@@ -44,7 +44,7 @@ from typing import Any
 import jax
 
 from purelayers._patterns import check_pattern, matches
-from purelayers._tree import BlockKey, Stacked
+from purelayers.trees import BlockKey, Stacked
 
 __all__ = ["label", "mask", "matches"]
 

@@ -32,6 +32,7 @@ import numpy as np
 import safetensors
 
 from purelayers import _atomic
+from purelayers.errors import CheckpointError
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -55,17 +56,6 @@ def _code(dtype: np.dtype) -> str:
 
 DTYPES: dict[str, np.dtype] = {_code(np.dtype(t)): np.dtype(t) for t in _STORABLE}
 CODES: dict[np.dtype, str] = {dt: code for code, dt in DTYPES.items()}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be read: truncated, corrupted, or not a checkpoint.
-
-    The message starts with the offending path; ``.path`` holds it too.
-    """
-
-    def __init__(self, path: str | os.PathLike, problem: str):
-        super().__init__(f"{os.fspath(path)}: {problem}")
-        self.path = os.fspath(path)
 
 
 class Entry(NamedTuple):

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 
 from purelayers import _safetensors_io as _io
-from purelayers._tree import flatten, merge, model_aliases, unflatten
+from purelayers._tree import model_aliases
+from purelayers.trees import flatten, merge, unflatten
 
 __all__ = ["save"]
 

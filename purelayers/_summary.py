@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 
 from purelayers._save import _in_model_order
-from purelayers._tree import Stacked, merge, model_aliases, specs
+from purelayers._tree import model_aliases, specs
+from purelayers.trees import Stacked, merge
 
 __all__ = ["summary"]
 

@@ -28,14 +28,14 @@ import numpy as np
 from purelayers import _safetensors_io as _io
 from purelayers._labels import label, mask, matches
 from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
-from purelayers._safetensors_io import CheckpointError
 from purelayers._safetensors_io import to_numpy as _to_numpy
 from purelayers._save import save
 from purelayers._summary import summary
-from purelayers._tree import Stacked, count, fill, flatten, merge, take_block, unflatten
 from purelayers._tree import dtype_of as _dtype
 from purelayers._tree import model_aliases as _aliases
 from purelayers._tree import specs as _specs
+from purelayers.errors import CheckpointError
+from purelayers.trees import Stacked, count, fill, flatten, merge, take_block, unflatten
 
 __all__ = [
     "PURELAYERS_TO_TORCH_MHA",

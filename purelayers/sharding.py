@@ -74,7 +74,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from purelayers._labels import leaf_names, mixed_blocks
 from purelayers._patterns import check_pattern, matches
 from purelayers._sharded_io import load_sharded, save
-from purelayers._tree import BlockKey
+from purelayers.trees import BlockKey
 
 __all__ = [
     "Mesh",

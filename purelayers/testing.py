@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purelayers._tree import BlockKey
 from purelayers.params import _to_numpy, flatten
+from purelayers.trees import BlockKey
 
 __all__ = ["assert_matches_torch", "assert_tree_allclose", "gradcheck"]
 

@@ -73,14 +73,14 @@ TESTED_ELSEWHERE = {
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
     "layers/_capture.py": (3, "tests/test_capture.py"),
-    "lora.py": (8, "tests/test_lora.py"),
-    "_lora_checks.py": (6, "tests/test_lora.py"),
-    "_lora_wrap.py": (8, "tests/test_lora.py"),
-    "_lora_layers.py": (6, "tests/test_lora.py"),
+    "lora/__init__.py": (8, "tests/test_lora.py"),
+    "lora/_checks.py": (6, "tests/test_lora.py"),
+    "lora/model.py": (8, "tests/test_lora.py"),
+    "lora/layers.py": (6, "tests/test_lora.py"),
     "layers/_fit.py": (7, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),
     "models/bert.py": (13, "tests/models/test_bert.py"),
     "models/vit.py": (11, "tests/models/test_vit.py"),
-    "models/resnet.py": (10, "tests/models/test_resnet.py"),
+    "models/resnet.py": (9, "tests/models/test_resnet.py"),
 }
 
 # Sites no public call can reach, by the qualified name of their function (in whichever

@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purelayers._tree import Stacked
 from purelayers.layers._capture import paused
 from purelayers.layers._checks import _KINDS, LayerError, dtype_kind
+from purelayers.trees import Stacked
 
 __all__ = ["check_fit", "expected_tree"]
 

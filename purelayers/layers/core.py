@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers._tree import Stacked
 from purelayers.layers._capture import paused, run_child
 from purelayers.layers._checked import (
     _checking,
@@ -43,6 +42,7 @@ from purelayers.layers._compose import (
     recording_call,
 )
 from purelayers.layers._field_checks import check_fields
+from purelayers.trees import Stacked
 
 __all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purelayers._tree import Stacked
 from purelayers.layers import _capture
 from purelayers.layers._checks import LayerError, check_int
 from purelayers.layers.attention import need_cache_room
 from purelayers.layers.core import Layer, Params, _output_spec, _spec, apply_child
+from purelayers.trees import Stacked
 
 __all__ = ["Remat", "Repeat"]
 

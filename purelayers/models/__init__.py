@@ -7,9 +7,9 @@ model, params)`` writes a folder transformers loads; ``generate`` decodes causal
 with one jitted prefill and one jitted decode step over a fixed-shape cache.
 """
 
-from purelayers.models._config import Config, Frozen
 from purelayers.models._hub import from_pretrained, save_pretrained
 from purelayers.models.bert import BertConfig, BertModel
+from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
 from purelayers.models.gpt2 import GPT2Config, GPT2LMHeadModel
 from purelayers.models.llama import (

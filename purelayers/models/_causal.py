@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from purelayers.layers import Layer, LayerError, dropout
 from purelayers.layers._checks import ConfigTypeError, as_array, as_shape, check_int, need_key
-from purelayers.models._config import Frozen, _frozen
+from purelayers.models.config import Frozen, _frozen
 
 __all__ = ["CausalLM", "decoder_inputs", "drop", "positions_and_mask"]
 

@@ -19,7 +19,8 @@ import numpy as np
 from purelayers import _atomic
 from purelayers import _safetensors_io as _io
 from purelayers import params as _params
-from purelayers.models._config import _thawed
+from purelayers.errors import CheckpointError
+from purelayers.models.config import _thawed
 
 __all__ = ["MODEL_TYPES", "from_pretrained", "save_pretrained"]
 
@@ -184,7 +185,7 @@ def from_pretrained(
         loaded = load_sharded(folder, template, tree, model=model, tensors=readable)
         return model, model.ordered(loaded)
     except (KeyError, ValueError) as e:  # names or shapes that do not fit the config
-        raise _io.CheckpointError(
+        raise CheckpointError(
             folder, f"does not fit the {cls.__name__} its config.json describes: {e.args[0]}"
         ) from None
 

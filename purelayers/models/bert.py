@@ -49,8 +49,8 @@ from purelayers.layers import (
     Tanh,
 )
 from purelayers.layers._checks import as_array, as_shape, check_choice, check_float, check_int
-from purelayers.models._config import Config
 from purelayers.models._parts import fold, init_children
+from purelayers.models.config import Config
 
 __all__ = [
     "BertAttention",

@@ -34,8 +34,8 @@ from purelayers.layers import (
 )
 from purelayers.layers._checks import as_shape
 from purelayers.models._causal import CausalLM, decoder_inputs
-from purelayers.models._config import Config
 from purelayers.models._parts import fold, init_children
+from purelayers.models.config import Config
 
 __all__ = [
     "DynamicNTKRotaryEmbedding",

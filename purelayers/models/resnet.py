@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.init import kaiming_normal, zeros
-from purelayers.layers._checks import LayerError, as_shape, check_int, need_ndim
+from purelayers.layers._checks import LayerError, check_int, need_ndim
 from purelayers.layers.activation import ReLU
 from purelayers.layers.conv import Conv2d
 from purelayers.layers.core import Layer, Params, Sequential, State
@@ -46,46 +46,9 @@ def _bn(zero_weight: bool = False) -> BatchNorm2d:
     return BatchNorm2d(weight_init=zeros()) if zero_weight else BatchNorm2d()
 
 
-def _out_shape(layer: Layer, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The output shape of one of the network's layers on ``shape``, worked out without
-    tracing, so ``init`` threads shapes through the blocks without tracing them again."""
-    if isinstance(layer, (Conv2d, MaxPool2d)):
-        n, c, *hw = shape
-        hw = [
-            (d + 2 * p - k) // s + 1
-            for d, k, s, p in zip(hw, layer.kernel_size, layer.stride, layer.padding, strict=True)
-        ]
-        return (n, layer.out_channels if isinstance(layer, Conv2d) else c, *hw)
-    if isinstance(layer, AdaptiveAvgPool2d):
-        return (*shape[:2], *layer.output_size)
-    if isinstance(layer, (_Block, Sequential)):
-        kids = layer.children()
-        for name in layer._path if isinstance(layer, _Block) else kids:
-            shape = _out_shape(kids[name], shape)
-        return shape
-    return shape  # BatchNorm2d, ReLU
-
-
-def _init_chain(
-    kids: dict[str, Layer], key: jax.Array | None, shape: Any, dtype: Any
-) -> Params | State:
-    """The params (``key`` given) or the buffers (``key`` None) of ``kids`` applied in
-    order, each initialized for its own input shape; ``Sequential`` children recurse."""
-    out: dict[str, Any] = {}
-    shape = as_shape(shape)
-    for i, (name, kid) in enumerate(kids.items()):
-        k = None if key is None else jax.random.fold_in(key, i)
-        if isinstance(kid, Sequential):
-            tree = _init_chain(kid.children(), k, shape, dtype)
-        elif k is None:
-            tree = kid.init_state(shape, dtype)
-        else:
-            tree = kid.init(k, shape, dtype)
-        if tree:
-            out[name] = tree
-        if i + 1 < len(kids):
-            shape = _out_shape(kid, shape)
-    return out
+def _built() -> Any:
+    """A child field that ``__post_init__`` builds from the layer's settings."""
+    return dataclasses.field(init=False, repr=False, compare=False)
 
 
 def _run(
@@ -110,7 +73,11 @@ def _run(
 @dataclasses.dataclass(frozen=True)
 class _Block(Layer):
     """The residual block shared by ``BasicBlock`` and ``Bottleneck``:
-    ``relu(branch(x) + identity)``, ``identity = downsample(x)`` or ``x``."""
+    ``relu(branch(x) + identity)``, ``identity = downsample(x)`` or ``x``.
+
+    ``init`` initializes the branch as a ``Sequential`` and ``downsample`` at the block's
+    input, without running ``apply``: a block whose branch and identity differ in shape
+    still gets params, and ``apply`` names the missing downsample."""
 
     expansion: ClassVar[int] = 1
     # the residual branch in application order (relu applied more than once)
@@ -129,21 +96,23 @@ class _Block(Layer):
         if self.downsample is not None and not isinstance(self.downsample, Layer):
             raise ValueError(f"{name}: downsample must be a Layer or None, got {self.downsample!r}")
 
-    def _init(self, key: jax.Array | None, shape: Any, dtype: Any) -> Params | State:
+    def _branch(self) -> Sequential:
+        """The residual branch's layers with arrays, in order (``relu`` keeps shapes)."""
         kids = self.children()
-        # the branch's children in its order (relu keeps shapes), then the identity's
-        branch = {n: kids[n] for n in dict.fromkeys(self._path)}
-        out = _init_chain(branch, None if key is None else jax.random.fold_in(key, 0), shape, dtype)
-        if self.downsample is not None:
-            k = None if key is None else jax.random.fold_in(key, 1)
-            out.update(_init_chain({"downsample": self.downsample}, k, shape, dtype))
-        return out
+        return Sequential({n: kids[n] for n in self._path if n != "relu"})
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        return self._init(key, shape, dtype)
+        params = self._branch().init(jax.random.fold_in(key, 0), shape, dtype)
+        if self.downsample is not None:
+            k = jax.random.fold_in(key, 1)
+            params["downsample"] = self.init_child("downsample", k, shape, dtype)
+        return params
 
     def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
-        return self._init(None, shape, dtype)
+        state = self._branch().init_state(shape, dtype)
+        if self.downsample is not None:
+            state["downsample"] = self.downsample.init_state(shape, dtype)
+        return state
 
     def apply(
         self,
@@ -256,11 +225,6 @@ class Bottleneck(_Block):
         return kids
 
 
-_FEATURES = (
-    "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool",
-)  # fmt: skip
-
-
 def _make_layer(
     block: type[_Block], inplanes: int, planes: int, blocks: int, stride: int, zero_init: bool
 ) -> Sequential:
@@ -293,7 +257,8 @@ class ResNet(Layer):
       zero_init_residual: each block's last BatchNorm weight starts at zeros, so every
         residual branch starts at zero. Default ``False``, as torchvision.
 
-    Initialization (torchvision's): convolutions ``kaiming_normal(mode="fan_out",
+    The children are fields built from the settings, and ``init`` and ``init_state`` are
+    derived from ``apply``. Initialization (torchvision's): convolutions ``kaiming_normal(mode="fan_out",
     nonlinearity="relu")``; BatchNorm weight ones, bias zeros; ``fc`` Linear's default.
 
     Shape:
@@ -318,6 +283,17 @@ class ResNet(Layer):
     num_classes: int = 1000
     _: dataclasses.KW_ONLY
     zero_init_residual: bool = False
+    # the children, torchvision's modules in its order, built from the settings above
+    conv1: Conv2d = _built()
+    bn1: BatchNorm2d = _built()
+    relu: ReLU = _built()
+    maxpool: MaxPool2d = _built()
+    layer1: Sequential = _built()
+    layer2: Sequential = _built()
+    layer3: Sequential = _built()
+    layer4: Sequential = _built()
+    avgpool: AdaptiveAvgPool2d = _built()
+    fc: Linear = _built()
 
     def __post_init__(self):
         if not (isinstance(self.block, type) and issubclass(self.block, _Block)):
@@ -327,10 +303,8 @@ class ResNet(Layer):
             raise ValueError(f"ResNet: layers must be 4 positive ints, got {self.layers!r}")
         for n in layers:
             check_int("ResNet", "layers", n)
-        object.__setattr__(self, "layers", layers)
         check_int("ResNet", "num_classes", self.num_classes)
-
-    def children(self) -> dict[str, Layer]:
+        object.__setattr__(self, "layers", layers)
         kids: dict[str, Layer] = {
             "conv1": Conv2d(64, 7, stride=2, padding=3, bias=False, weight_init=_CONV_INIT),
             "bn1": _bn(),
@@ -338,32 +312,15 @@ class ResNet(Layer):
             "maxpool": MaxPool2d(3, 2, 1),
         }
         inplanes = 64
-        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), self.layers, strict=True)):
-            stride = 1 if i == 0 else 2
+        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers, strict=True)):
             kids[f"layer{i + 1}"] = _make_layer(
-                self.block, inplanes, planes, blocks, stride, self.zero_init_residual
+                self.block, inplanes, planes, blocks, 1 if i == 0 else 2, self.zero_init_residual
             )
             inplanes = planes * self.block.expansion
         kids["avgpool"] = AdaptiveAvgPool2d(1)
         kids["fc"] = Linear(self.num_classes)
-        return kids
-
-    def _features(self, shape: Any) -> dict[str, Layer]:
-        """Every child before ``fc``, in order, for ``init`` and ``init_state``."""
-        if len(as_shape(shape)) != 4:
-            raise LayerError("ResNet", "input rank", "4 (N, C, H, W)", len(as_shape(shape)))
-        kids = self.children()
-        return {n: kids[n] for n in _FEATURES}
-
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        params = _init_chain(self._features(shape), jax.random.fold_in(key, 0), shape, dtype)
-        width = 512 * self.block.expansion  # avgpool's output, flattened
-        fc = self.children()["fc"]
-        params["fc"] = fc.init(jax.random.fold_in(key, 1), (as_shape(shape)[0], width), dtype)
-        return params
-
-    def init_state(self, shape: Any, dtype: Any = jnp.float32) -> State:
-        return _init_chain(self._features(shape), None, shape, dtype)
+        for name, value in kids.items():
+            object.__setattr__(self, name, value)
 
     def apply(
         self,
@@ -377,7 +334,12 @@ class ResNet(Layer):
         del key  # nothing random
         need_ndim("ResNet", x, (4,), "(N, C, H, W)")
         new_state: State = {}
-        h = _run(self, _FEATURES, params, x, state, new_state, train)
+        h = self.call("conv1", params, x)
+        h, new_state["bn1"] = self.call("bn1", params, h, state=state, train=train)
+        h = self.call("maxpool", params, self.call("relu", params, h))
+        for name in ("layer1", "layer2", "layer3", "layer4"):
+            h, new_state[name] = self.call(name, params, h, state=state, train=train)
+        h = self.call("avgpool", params, h)
         h = h.reshape(h.shape[0], math.prod(h.shape[1:]))  # torch.flatten(x, 1)
         return self.call("fc", params, h), new_state
 

@@ -44,7 +44,6 @@ from purelayers.layers import (
     Sequential,
 )
 from purelayers.layers._checks import as_shape, check_float, check_int
-from purelayers.models._config import Config
 from purelayers.models._parts import fold, init_children
 from purelayers.models.bert import (
     _ACTIVATIONS,
@@ -53,6 +52,7 @@ from purelayers.models.bert import (
     _dense,
     _std,
 )
+from purelayers.models.config import Config
 
 __all__ = ["ViTConfig", "ViTEmbeddings", "ViTLayer", "ViTModel"]
 

@@ -21,10 +21,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from purelayers._lora_layers import SUPPORTED, _Lora, lora_layer
 from purelayers._patterns import check_pattern, matches
 from purelayers.layers import Linear, Remat, Repeat, Sequential, Tied
 from purelayers.layers.core import Layer, Params
+from purelayers.lora.layers import SUPPORTED, _Lora, lora_layer
 
 __all__ = ["LoraModel", "join", "modules", "parse_targets", "resolve", "unwrap"]
 

@@ -17,7 +17,7 @@ read and write PEFT's adapter folders.
 PEFT's vocabulary and defaults throughout (``r=8``, ``lora_alpha=8``,
 ``lora_dropout=0.0``, ``use_rslora=False``, ``bias="none"``). A targeted layer computes
 ``y = base(x) + s * B(A(dropout(x)))`` with ``s = lora_alpha / r`` (``lora_alpha /
-sqrt(r)`` with ``use_rslora``); see ``purelayers._lora_layers`` for each kind.
+sqrt(r)`` with ``use_rslora``); see ``purelayers.lora.layers`` for each kind.
 
 Targets: a name without ``*?[`` (and not ``re:...``) matches a module path equal to it
 or ending in ``"." + name``, PEFT's rule for a list; one with them is a pattern
@@ -49,7 +49,9 @@ import numpy as np
 
 from purelayers import _atomic
 from purelayers import params as _params
-from purelayers._lora_checks import (
+from purelayers.layers._checks import check_choice
+from purelayers.layers.core import Layer, Params
+from purelayers.lora._checks import (
     _ADAPTER_KEYS,
     _PREFIX,
     base_weights,
@@ -58,7 +60,7 @@ from purelayers._lora_checks import (
     check_ties,
     read_config,
 )
-from purelayers._lora_layers import (
+from purelayers.lora.layers import (
     LoraConv,
     LoraEmbedding,
     LoraLinear,
@@ -66,10 +68,8 @@ from purelayers._lora_layers import (
     adapter_dtype,
     check_settings,
 )
-from purelayers._lora_wrap import LoraModel, join, modules, parse_targets, resolve, unwrap
-from purelayers._tree import Stacked
-from purelayers.layers._checks import check_choice
-from purelayers.layers.core import Layer, Params
+from purelayers.lora.model import LoraModel, join, modules, parse_targets, resolve, unwrap
+from purelayers.trees import Stacked
 
 __all__ = [
     "ADAPTER_CONFIG_NAME",

@@ -14,8 +14,8 @@ from typing import Any
 from purelayers import _safetensors_io as _io
 from purelayers import params as _params
 from purelayers._labels import checkpoint_names
-from purelayers._lora_wrap import LoraModel
 from purelayers.layers.core import Params
+from purelayers.lora.model import LoraModel
 
 _PREFIX = "base_model.model."  # PEFT's prefix for a LoRA model's adapter names
 _ADAPTER_KEYS = frozenset({"lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B"})
