@@ -10,6 +10,7 @@ from purelayers.layers._checks import LayerError
 from purelayers.layers.activation import *
 from purelayers.layers.attention import *
 from purelayers.layers.bilinear import *
+from purelayers.layers.cells import *
 from purelayers.layers.conv import *
 from purelayers.layers.core import *
 from purelayers.layers.distance import *
@@ -32,7 +33,6 @@ from purelayers.layers.pool import *
 from purelayers.layers.prelu import *
 from purelayers.layers.recurrent import *
 from purelayers.layers.repeat import *
-from purelayers.layers.rotary import *
 from purelayers.layers.separate_attention import *
 from purelayers.layers.shape import *
 from purelayers.layers.shuffle import *
@@ -46,6 +46,7 @@ _FAMILIES = (
     "activation",
     "attention",
     "bilinear",
+    "cells",
     "conv",
     "core",
     "distance",
@@ -68,7 +69,6 @@ _FAMILIES = (
     "prelu",
     "recurrent",
     "repeat",
-    "rotary",
     "separate_attention",
     "shape",
     "shuffle",

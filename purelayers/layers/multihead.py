@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.attention import need_even
 from purelayers.init import Initializer, xavier_normal, xavier_uniform, zeros
 from purelayers.layers._checks import (
     LayerError,
@@ -22,11 +23,10 @@ from purelayers.layers._checks import (
     check_int,
     config_error,
 )
-from purelayers.layers._mha_options import append_kv, attend_with_weights
-from purelayers.layers.attention import AttentionCore
+from purelayers.layers._mha_options import append_kv
+from purelayers.layers.attention import AttentionCore, RotaryEmbedding
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import Linear, linear
-from purelayers.layers.rotary import RotaryEmbedding, _need_even
 
 __all__ = ["InProjAttention", "MultiHeadAttention"]
 
@@ -165,7 +165,7 @@ class _Packed(_Projected):
             )
         hd = embed_dim // self.num_heads
         if self.rope:
-            _need_even(name, hd)
+            need_even(name, hd)
         return hd
 
     def _rows(self, embed_dim: int) -> int:
@@ -454,9 +454,10 @@ class InProjAttention(_Packed):
                 k, v = self._project(params, kin, 1, e), self._project(params, vin, 2, e)
             k, v, mask = append_kv(self, params, k, v, mask)
             if need_weights:
-                out, weights = attend_with_weights(
-                    self.core, q, k, v, mask, positions, key, train, name
-                )
+                out, weights = self.core.attend(
+                    q, k, v, mask=mask, positions=positions, key=key, train=train,
+                    layer=name, weights=True,
+                )  # fmt: skip
                 if average_attn_weights:
                     weights = jnp.mean(weights, axis=1)
                 return self._project_out(params, out), weights
