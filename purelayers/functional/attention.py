@@ -197,11 +197,11 @@ def dot_product_attention(
     h = q.shape[-1]
     scale = (1.0 / math.sqrt(h) if h else 1.0) if scale is None else scale
     if not isinstance(scale, (int, float, np.number)):  # traced: cannot be a static
-        return _attend(q, k, v, mask, bias, key, is_causal, scale, dropout_p)
+        return _attend_core(q, k, v, mask, bias, key, is_causal, scale, dropout_p)
     return _attend_jit(q, k, v, mask, bias, key, is_causal, float(scale), float(dropout_p))
 
 
-def _attend(q, k, v, mask, bias, key, causal, scale, dropout_p):
+def _attend_core(q, k, v, mask, bias, key, causal, scale, dropout_p):
     t, s = q.shape[1], k.shape[1]
     if bias is not None:  # -inf entries become masked ones, so such a row gives zeros
         allowed = bias > -jnp.inf
@@ -232,7 +232,7 @@ def _attend(q, k, v, mask, bias, key, causal, scale, dropout_p):
     return jnp.where(jnp.transpose(rows, (0, 2, 1))[..., None], out, jnp.zeros_like(out))
 
 
-_attend_jit = jax.jit(_attend, static_argnums=(6, 7, 8))
+_attend_jit = jax.jit(_attend_core, static_argnums=(6, 7, 8))
 
 # the fewest positions for which the CPU splits causal self-attention into query halves
 CAUSAL_HALVES_MIN = 64
@@ -290,7 +290,7 @@ def scaled_dot_product_attention(
 
     Example:
       >>> q = jnp.ones((2, 4, 5, 8))
-      >>> F.scaled_dot_product_attention(q, q, q, is_causal=True).shape
+      >>> scaled_dot_product_attention(q, q, q, is_causal=True).shape
       (2, 4, 5, 8)
     """
     from purelayers.layers._checks import as_array, check_float

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.functional.recurrent import KINDS, Kind, hmm, make_step, split_params
+from purelayers.functional._recurrent_steps import KINDS, Kind, hmm, make_step, split_params
 from purelayers.init import Initializer, uniform
 from purelayers.layers._checks import LayerError, as_shape, check_choice, check_float, check_int
 from purelayers.layers.core import Layer, Params

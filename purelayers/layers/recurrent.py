@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from purelayers import functional as F
-from purelayers.functional.recurrent import KINDS, Kind, suffix
+from purelayers.functional._recurrent_steps import KINDS, Kind
+from purelayers.functional.recurrent import suffix
 from purelayers.init import Initializer
 from purelayers.layers._checks import (
     LayerError,

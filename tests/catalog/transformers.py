@@ -89,8 +89,7 @@ CASES = [
          atol=1e-4, gradcheck=_COMPOSED.format("encoder and decoder layers")),
     Case("InProjAttention-bias-kv-zero-attn",
          lambda: L.InProjAttention(2, add_bias_kv=True, add_zero_attn=True), (2, 5, 8),
-         (2, 5, 8), lambda t: t.nn.MultiheadAttention(8, 2, batch_first=True, add_bias_kv=True,
-                                                      add_zero_attn=True),
+         (2, 5, 8), lambda t: t.nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=True),
          torch_call=_torch_mha, rtol=1e-4, gradcheck=(1, 3, 4)),
 ]  # fmt: skip
 

@@ -446,7 +446,7 @@ def test_gate_activations_and_derivatives_match_sigmoid_and_tanh(blocks, shape):
     ``jax.nn.sigmoid`` / ``jnp.tanh`` block by block, and ``gate_derivatives`` at its
     output equals their derivatives (``s * (1 - s)``, ``1 - t**2``), in float64 with
     saturated inputs (+-30) among them; the constants broadcast over any leading axes."""
-    from purelayers.functional.recurrent import gate_activations, gate_derivatives
+    from purelayers.functional._recurrent_steps import gate_activations, gate_derivatives
 
     with jax.enable_x64():
         z = jnp.asarray(_rng(3).standard_normal(shape) * 4)
