@@ -155,9 +155,9 @@ CASES = [
          (2, 5, 8), (2, 5, 8),
          lambda t: twins.attention(t, "separate", 8, 4, kv=2, hd=4, out_bias=False, theta=1e4),
          rtol=1e-4, gradcheck=(1, 3, 8)),
-    Case("InProjAttention", lambda: L.InProjAttention(2, causal=True), (5, 2, 8), (5, 2, 8),
-         lambda t: t.nn.MultiheadAttention(8, 2), torch_call=_mha, rtol=1e-4,
-         gradcheck=(3, 1, 4)),
+    Case("InProjAttention", lambda: L.InProjAttention(2, causal=True, batch_first=True),
+         (2, 5, 8), (2, 5, 8), lambda t: t.nn.MultiheadAttention(8, 2, batch_first=True),
+         torch_call=_mha, rtol=1e-4, gradcheck=(1, 3, 4)),
     # transformer
     Case("TransformerBlock", lambda: L.TransformerBlock(2), (2, 5, 8), (2, 5, 8),
          lambda t: twins.block(t, 8, 2), rtol=1e-4, gradcheck=(1, 3, 4)),

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers import _torch_masks as _tm
+from purelayers.layers import attention as _tm
 from purelayers.layers._checks import (
     LayerError,
     as_shape,

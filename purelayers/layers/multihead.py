@@ -23,7 +23,6 @@ from purelayers.layers._checks import (
     check_int,
     config_error,
 )
-from purelayers.layers._mha_options import append_kv
 from purelayers.layers.attention import AttentionCore, RotaryEmbedding
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import Linear, linear
@@ -45,6 +44,31 @@ def _batched(layer: str, x: Any, context: Any, mask: Any, run, *, all_batched=Fa
     if all_batched:
         return jax.tree.map(lambda a: a[0], res)
     return (res[0][0], res[1]) if isinstance(res, tuple) else res[0]
+
+
+def append_kv(layer: Any, params: Params, k: jax.Array, v: jax.Array, mask: Any):
+    """``bias_k``/``bias_v`` and a zero key and value appended, as torch does; the
+    mask gains a visible column for each."""
+    extra = int(layer.add_bias_kv) + int(layer.add_zero_attn)
+    if not extra:
+        return k, v, mask
+    b = k.shape[0]
+    ks, vs = [k], [v]
+    if layer.add_bias_kv:
+        ks.append(jnp.broadcast_to(params["bias_k"][0], (b, 1, k.shape[-1])).astype(k.dtype))
+        vs.append(jnp.broadcast_to(params["bias_v"][0], (b, 1, v.shape[-1])).astype(v.dtype))
+    if layer.add_zero_attn:
+        ks.append(jnp.zeros((b, 1, k.shape[-1]), k.dtype))
+        vs.append(jnp.zeros((b, 1, v.shape[-1]), v.dtype))
+    if mask is not None:
+        m = jnp.asarray(mask)
+        s = k.shape[1]
+        if m.ndim == 0 or m.shape[-1] == 1:  # else the core names a misfit
+            m = jnp.broadcast_to(m, (*m.shape[:-1], s) if m.ndim else (s,))
+        fill = jnp.ones if m.dtype == jnp.bool_ else jnp.zeros
+        if m.shape[-1] == s:
+            mask = jnp.concatenate([m, fill((*m.shape[:-1], extra), m.dtype)], axis=-1)
+    return jnp.concatenate(ks, axis=1), jnp.concatenate(vs, axis=1), mask
 
 
 def _no_context(layer: str, core: AttentionCore, cache: Any) -> None:
@@ -538,6 +562,8 @@ def _allowed(layer: str, heads: int, x: Any, attn_mask: Any, kpm: Any) -> Any:
         masks.append(k.reshape(k.shape[0], 1, 1, k.shape[1]) if batched else k)
     if not masks:
         return None
+    nd = max(m.ndim for m in masks)  # leading axes of one, as broadcasting would add
+    masks = [m.reshape((1,) * (nd - m.ndim) + m.shape) for m in masks]
     if all(m.dtype == jnp.bool_ for m in masks):
         allowed = ~masks[0]
         for m in masks[1:]:

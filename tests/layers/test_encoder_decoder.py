@@ -277,6 +277,31 @@ def test_attention_options_and_weights_match_torch(torch, options, average, mask
     np.testing.assert_allclose(plain, y, **TOL)
 
 
+def test_torch_defaults_sequence_first_and_boolean_masks_match_torch(torch):
+    """``InProjAttention(H, dropout)`` is ``MultiheadAttention(E, H, dropout)``: inputs
+    ``(L, N, E)``, a boolean ``attn_mask`` and ``key_padding_mask`` ``True`` where
+    attention is not allowed, weights averaged over heads (float64)."""
+    module = twins.randomize(torch, torch.nn.MultiheadAttention(E, H, 0.0)).double()
+    layer = L.InProjAttention(H, 0.0)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 3, E))
+    attn = rng.random((5, 5)) > 0.7
+    attn[:, 0] = False
+    kpm = np.zeros((3, 5), bool)
+    kpm[1, -2:] = True
+    y, w = module(*[torch.tensor(x)] * 3, attn_mask=torch.tensor(attn),
+                  key_padding_mask=torch.tensor(kpm))  # fmt: skip
+    with jax.enable_x64(True):
+        params = jax.tree.map(jnp.asarray, pl.params.unflatten(
+            {k: v.detach().numpy() for k, v in module.state_dict().items()}
+        ))  # fmt: skip
+        got, got_w = layer.apply(
+            params, jnp.asarray(x), mask=attn, key_padding_mask=kpm, need_weights=True
+        )
+    np.testing.assert_allclose(got, y.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got_w, w.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_separate_projections_are_torchs_layout():
     layer = L.InProjAttention(H, kdim=5, vdim=3)
     shapes = jax.tree.map(jnp.shape, jax.eval_shape(lambda: layer.init(KEY, (2, 3, E))))
