@@ -18,7 +18,7 @@ same weights (their first losses must agree), timed in rotating rounds as
 
 ``--cores`` adds purelayers with only the attention's core replaced (``MultiHeadAttention``'s
 projections and split kept): ``jax.nn.dot_product_attention`` (the form off the CPU), the
-CPU's explicit form (``_sdpa._attend_explicit``), the same in two query halves, and
+CPU's explicit form (``F.dot_product_attention_reference``), the same in two query halves, and
 raw JAX's einsums and masked softmax. Each core is used on every platform, so on a GPU
 this shows what the CPU's forms would cost there, and on the CPU what the GPU's would.
 """
@@ -41,7 +41,7 @@ from benchmarks import impl_jax, workloads
 from benchmarks.harness import JaxModel, JaxRunner, median_spread
 from purelayers import layers as L
 from purelayers import params as P
-from purelayers.layers._sdpa import _attend_explicit
+from purelayers.functional.attention import _attend_cpu, dot_product_attention_reference
 
 PARTS = ("norm", "attention", "linear", "gelu")
 
@@ -69,9 +69,11 @@ def _cores() -> dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
     """Causal attention cores of ``[B, T, N, H]`` heads, by name."""
 
     def explicit(halves):
-        return lambda q, k, v: _attend_explicit(
-            q, k, v, None, None, True, 1 / math.sqrt(q.shape[-1]), 0.0, None, halves
-        )
+        if halves:
+            return lambda q, k, v: _attend_cpu(
+                q, k, v, None, None, True, 1 / math.sqrt(q.shape[-1])
+            )
+        return lambda q, k, v: dot_product_attention_reference(q, k, v, is_causal=True)
 
     return {
         "dot_product_attention": lambda q, k, v: jax.nn.dot_product_attention(

@@ -28,7 +28,7 @@ __all__ = ["CASES", "ERRORS", "KINKS", "Case"]
 def _mha(module, x):
     """``torch.nn.MultiheadAttention`` as causal self-attention (its boolean mask is
     True where attention is *not* allowed)."""
-    t = x.shape[1]
+    t = x.shape[1 if module.batch_first else 0]
     mask = x.new_ones((t, t)).triu(1).bool()
     return module(x, x, x, attn_mask=mask, need_weights=False)[0]
 
@@ -162,9 +162,9 @@ CASES = [
          (2, 5, 8), (2, 5, 8),
          lambda t: twins.attention(t, "separate", 8, 4, kv=2, hd=4, out_bias=False, theta=1e4),
          rtol=1e-4, gradcheck=(1, 3, 8)),
-    Case("InProjAttention", lambda: L.InProjAttention(2, causal=True), (2, 5, 8), (2, 5, 8),
-         lambda t: t.nn.MultiheadAttention(8, 2, batch_first=True), torch_call=_mha, rtol=1e-4,
-         gradcheck=(1, 3, 4)),
+    Case("InProjAttention", lambda: L.InProjAttention(2, causal=True, batch_first=True),
+         (2, 5, 8), (2, 5, 8), lambda t: t.nn.MultiheadAttention(8, 2, batch_first=True),
+         torch_call=_mha, rtol=1e-4, gradcheck=(1, 3, 4)),
     # transformer
     Case("TransformerBlock", lambda: L.TransformerBlock(2), (2, 5, 8), (2, 5, 8),
          lambda t: twins.block(t, 8, 2), rtol=1e-4, gradcheck=(1, 3, 4)),

@@ -492,7 +492,7 @@ def _variants():
         "separate": L.Attention.build(
             AE, AH, num_kv_heads=AKV, head_dim=6, bias=True, out_bias=False, causal=True, rope=rope
         ),
-        "inproj": L.InProjAttention(AH, num_kv_heads=AKV, causal=True, rope=rope),
+        "inproj": L.InProjAttention(AH, num_kv_heads=AKV, causal=True, rope=rope, batch_first=True),
     }
 
 
@@ -522,7 +522,7 @@ def test_attention_build_takes_rope_true_as_multi_head_attention_does():
 
 def test_inproj_attention_loads_torch_multihead_attention_by_name(torch):
     mha = _randomize(torch, torch.nn.MultiheadAttention(AE, AH, batch_first=True))
-    layer = L.InProjAttention(AH, causal=True)
+    layer = L.InProjAttention(AH, causal=True, batch_first=True)
     params = load_from_torch(layer, mha, (2, AT, AE))  # torch's names, no renaming
     assert list(P.flatten(params))[:2] == ["in_proj_weight", "in_proj_bias"]
     forbid = torch.triu(torch.ones(AT, AT, dtype=torch.bool), 1)  # torch: True = masked

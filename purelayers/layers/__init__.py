@@ -9,6 +9,7 @@ import importlib as _importlib
 from purelayers.layers.activation import *
 from purelayers.layers.attention import *
 from purelayers.layers.bilinear import *
+from purelayers.layers.cells import *
 from purelayers.layers.conv import *
 from purelayers.layers.core import *
 from purelayers.layers.distance import *
@@ -31,7 +32,6 @@ from purelayers.layers.parametrize import *
 from purelayers.layers.pool import *
 from purelayers.layers.recurrent import *
 from purelayers.layers.repeat import *
-from purelayers.layers.rotary import *
 from purelayers.layers.separate_attention import *
 from purelayers.layers.shape import *
 from purelayers.layers.shuffle import *
@@ -44,6 +44,7 @@ _FAMILIES = (
     "activation",
     "attention",
     "bilinear",
+    "cells",
     "conv",
     "core",
     "distance",
@@ -65,7 +66,6 @@ _FAMILIES = (
     "pool",
     "recurrent",
     "repeat",
-    "rotary",
     "separate_attention",
     "shape",
     "shuffle",

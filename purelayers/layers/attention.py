@@ -1,8 +1,8 @@
-"""The attention core: the parameter-free layer ``AttentionCore`` (heads, grouped-query
-heads, rotary positions from ``rotary.py``, masks, a fixed-shape decoding cache) that
-every attention layer's projections wrap (``multihead.py``, ``separate_attention.py``),
-and, from ``_sdpa.py``, the function it computes with, ``scaled_dot_product_attention``,
-and ``causal_mask``.
+"""The attention core: the parameter-free layers ``AttentionCore`` (heads, grouped-query
+heads, rotary positions, masks, a fixed-shape decoding cache) and ``RotaryEmbedding``,
+which every attention layer's projections (``multihead.py``) wrap. The math is in
+``purelayers.functional.attention``, whose ``scaled_dot_product_attention``,
+``causal_mask`` and ``rotary_embedding`` are exported here too.
 """
 
 from __future__ import annotations
@@ -14,6 +14,18 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.attention import (
+    apply_rotary,
+    causal_from,
+    causal_mask,
+    dot_product_attention,
+    dot_product_attention_reference,
+    mask4,
+    need_even,
+    rotary_embedding,
+    rotary_tables,
+    scaled_dot_product_attention,
+)
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
@@ -21,22 +33,65 @@ from purelayers.layers._checks import (
     check_int,
     config_error,
     need_key,
-)
-from purelayers.layers._sdpa import (
-    _attend,
-    _causal,
-    _to4,
-    causal_mask,
-    scaled_dot_product_attention,
+    promote_float,
 )
 from purelayers.layers.core import Layer, Params
-from purelayers.layers.rotary import RotaryEmbedding
 
 __all__ = [
     "AttentionCore",
+    "RotaryEmbedding",
     "causal_mask",
+    "rotary_embedding",
     "scaled_dot_product_attention",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryEmbedding(Layer):
+    r"""Rotary position embedding (rotate-half, as Llama and ``transformers``), a
+    parameter-free part of an ``AttentionCore``: ``inv_freq[i] = theta ** (-2i / d)``,
+    ``angle = position * inv_freq``, ``y = x cos(angle) + rotate_half(x) sin(angle)``
+    (see ``rotary_embedding``). Subclasses change the frequencies (``inv_freq``), as
+    rope-scaling schemes do.
+
+    Args:
+      theta: the frequency base. Default ``10000.0``.
+
+    Shape:
+      ``apply(params, x, positions)``: ``x`` ``(batch, seq, heads, head_dim)``,
+      ``positions`` ``(seq,)`` or ``(batch, seq)``; output like ``x``.
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("floating",)
+
+    theta: float = 10000.0
+
+    def __post_init__(self):
+        check_float("RotaryEmbedding", "theta", self.theta, low=0.0, low_open=True)
+
+    def inv_freq(self, dim: int, dtype: Any) -> jax.Array:
+        """``(dim / 2,)`` angular frequencies."""
+        return 1.0 / (self.theta ** (jnp.arange(0, dim, 2, dtype=dtype) / dim))
+
+    def tables(self, positions: jax.Array, dim: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
+        """``cos`` and ``sin`` of shape ``positions.shape + (dim,)``."""
+        return self.tables_at(self.inv_freq(dim, dtype), positions, dtype)
+
+    @staticmethod
+    def tables_at(inv: jax.Array, positions: Any, dtype: Any) -> tuple[jax.Array, jax.Array]:
+        """``cos`` and ``sin`` of ``positions * inv`` (both halves), for subclasses whose
+        frequencies depend on the positions."""
+        return rotary_tables(inv, positions, dtype)
+
+    def apply(self, params: Params, x: Any, positions: Any = None, **_: Any) -> jax.Array:
+        x = jnp.asarray(x)
+        t, h = x.shape[1], x.shape[-1]
+        need_even("RotaryEmbedding", h)
+        positions = jnp.arange(t) if positions is None else jnp.asarray(positions)
+        cos, sin = self.tables(positions, h, promote_float(x.dtype))
+        lead = (1,) if cos.ndim == 2 else (cos.shape[0],)
+        shape = (*lead, t, 1, h)
+        return apply_rotary(x, cos.reshape(shape), sin.reshape(shape))
 
 
 # -- the attention core ----------------------------------------------------------------
@@ -162,9 +217,11 @@ class AttentionCore(Layer):
         key: jax.Array | None = None,
         train: bool = False,
         layer: str = "AttentionCore",
+        weights: bool = False,
     ):
         """The attention of projected ``q``, ``k``, ``v`` (see the class docstring);
-        ``layer`` names the owner in error messages."""
+        ``layer`` names the owner in error messages. With ``weights`` (no cache):
+        ``(out, weights)``, weights ``(batch, H, q_len, kv_len)`` after dropout."""
         q, k, v = (jnp.asarray(a) for a in (q, k, v))
         h, kh = self.num_heads, self.kv_heads
         q = self._split(q, h, "q", layer)
@@ -193,31 +250,26 @@ class AttentionCore(Layer):
         if cache is not None:
             k, v, cache, visible = self._write_cache(cache, k, v, offset, layer)
             s, causal = k.shape[1], False
-        mask4 = None if mask is None else _to4(mask, (b,), h, t, s, "mask", layer)
+        m4 = None if mask is None else mask4(mask, (b,), h, t, s, "mask", layer)
         if visible is not None:
-            if mask4 is None:
-                mask4 = visible
+            if m4 is None:
+                m4 = visible
             else:  # a float mask forbids with -inf
-                off = jnp.asarray(False if mask4.dtype == jnp.bool_ else -jnp.inf, mask4.dtype)
-                mask4 = jnp.where(visible, mask4, off)
+                off = False if m4.dtype == jnp.bool_ else -jnp.inf
+                m4 = jnp.where(visible, m4, jnp.asarray(off, m4.dtype))
         bias4 = None
-        if mask4 is not None and mask4.dtype != jnp.bool_:
-            mask4, bias4 = None, mask4
+        if m4 is not None and m4.dtype != jnp.bool_:
+            m4, bias4 = None, m4
         p = self.dropout if train else 0.0
         if p > 0.0:
             need_key(layer, key)
-        out = _attend(
-            q,
-            k.astype(q.dtype),
-            v.astype(q.dtype),
-            mask=mask4,
-            bias=bias4,
-            causal=causal,
-            scale=(1.0 / math.sqrt(hd) if hd else 1.0) if self.scale is None else self.scale,
-            dropout_p=p,
-            key=key,
-            layer=layer,
-        )
+        scale = (1.0 / math.sqrt(hd) if hd else 1.0) if self.scale is None else self.scale
+        k, v = k.astype(q.dtype), v.astype(q.dtype)
+        opts = dict(mask=m4, bias=bias4, is_causal=causal, scale=scale, dropout_p=p, key=key)
+        if weights:  # written out, with the weights it used
+            out, probs = dot_product_attention_reference(q, k, v, **opts, return_weights=True)
+            return out.reshape(b, t, h * v.shape[-1]), probs
+        out = dot_product_attention(q, k, v, **opts, layer=layer)
         out = out.reshape(b, t, h * v.shape[-1])
         if cache is None:
             return out
@@ -247,10 +299,93 @@ class AttentionCore(Layer):
         keys = jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), at)
         values = jax.lax.dynamic_update_slice(values, v.astype(values.dtype), at)
         if self.causal:
-            visible = _causal(offset + jnp.arange(t), keys.shape[1])
+            visible = causal_from(offset + jnp.arange(t), keys.shape[1])
         else:
             visible = jnp.broadcast_to(
                 jnp.arange(keys.shape[1])[None, :] < offset + t, (t, keys.shape[1])
             )
         new = {"keys": keys, "values": values, "length": (offset + t).astype(jnp.int32)}
         return keys, values, new, visible[None, None]
+
+
+# -- torch's attention masks and layouts, as the transformer layers read them ----------
+#
+# A boolean attn_mask is True where attention is not allowed, a floating-point one is
+# added to the scores; a key padding mask is True at padding. Both become one additive
+# mask.
+
+
+def batch_first_layout(layer: str, x: Any, batch_first: bool) -> jax.Array:
+    """``x`` as ``(N, S, E)`` (or the unbatched ``(S, E)``)."""
+    x = jnp.asarray(x)
+    if x.ndim not in (2, 3):
+        layout = "(N, S, E)" if batch_first else "(S, N, E)"
+        raise LayerError(layer, "input rank", f"2 or 3 ((S, E) or {layout})", x.ndim)
+    return x if batch_first or x.ndim == 2 else jnp.swapaxes(x, 0, 1)
+
+
+def restore_layout(y: jax.Array, batch_first: bool) -> jax.Array:
+    return y if batch_first or y.ndim == 2 else jnp.swapaxes(y, 0, 1)
+
+
+def _additive(layer: str, name: str, m: Any, dtype: Any, shapes: list[tuple[int, ...]]):
+    """torch's mask ``m`` as a float array added to the scores (``-inf`` where a boolean
+    ``m`` is True); its shape must be one of ``shapes``."""
+    m = jnp.asarray(m)
+    kind_ok = m.dtype == jnp.bool_ or jnp.issubdtype(m.dtype, jnp.floating)
+    if not (kind_ok and tuple(m.shape) in shapes):
+        raise LayerError(
+            layer,
+            f"{name} (bool, True where not allowed, or float, added to the scores)",
+            " or ".join(f"{s} bool or float" for s in shapes),
+            f"{tuple(m.shape)} {m.dtype}",
+        )
+    if m.dtype == jnp.bool_:
+        return jnp.where(m, jnp.asarray(-jnp.inf, dtype), jnp.asarray(0.0, dtype))
+    return m
+
+
+def square_mask(q_len: int, kv_len: int, dtype: Any = jnp.float32) -> jax.Array:
+    """torch's causal mask: ``-inf`` above the diagonal (query ``i`` sees keys ``0..i``)."""
+    above = jnp.arange(kv_len)[None, :] > jnp.arange(q_len)[:, None]
+    return jnp.where(above, jnp.asarray(-jnp.inf, dtype), jnp.asarray(0.0, dtype))
+
+
+def torch_mask(
+    layer: str,
+    names: tuple[str, str, str],
+    x: jax.Array,
+    kv_len: int,
+    nhead: int,
+    attn_mask: Any,
+    kpm: Any,
+    is_causal: bool,
+) -> jax.Array | None:
+    """torch's ``attn_mask`` and key padding mask for queries ``x`` (batch first) as one
+    additive mask broadcastable to ``(N, nhead, L, S)``; ``is_causal`` as torch's hint."""
+    mask_name, kpm_name, causal_name = names
+    batched, q_len = x.ndim == 3, x.shape[-2]
+    n = x.shape[0] if batched else 1
+    dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    if is_causal:
+        if attn_mask is None:
+            raise LayerError(
+                layer,
+                f"{causal_name}=True is a hint that {mask_name} is the causal mask and needs "
+                f"{mask_name}, as torch's",
+                None,
+                None,
+                f"pass {mask_name}=Transformer.generate_square_subsequent_mask({q_len})",
+            )
+        if kpm is None:  # torch then attends causally and leaves the mask unread
+            attn_mask = square_mask(q_len, kv_len, dtype)
+    total = None
+    if attn_mask is not None:
+        heads = (n * nhead if batched else nhead, q_len, kv_len)
+        m = _additive(layer, mask_name, attn_mask, dtype, [(q_len, kv_len), heads])
+        total = m.reshape((1, 1, q_len, kv_len) if m.ndim == 2 else (n, nhead, q_len, kv_len))
+    if kpm is not None:
+        k = _additive(layer, kpm_name, kpm, dtype, [(n, kv_len) if batched else (kv_len,)])
+        k = k.reshape(n, 1, 1, kv_len)
+        total = k if total is None else total + k
+    return total

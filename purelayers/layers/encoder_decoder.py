@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers import _torch_masks as _tm
+from purelayers.layers import attention as _tm
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
@@ -91,7 +91,7 @@ class _Block(Layer):
             raise config_error(name, "activation", '"relu", "gelu", a Layer or a callable', act)
 
     def _parts(self, e: int) -> dict[str, Layer]:
-        attn = InProjAttention(self.nhead, bias=self.bias, dropout=self.dropout)
+        attn = InProjAttention(self.nhead, self.dropout, self.bias, batch_first=True)
         parts: dict[str, Layer] = dict.fromkeys(self.attentions, attn)
         parts["linear1"] = Linear(self.dim_feedforward, bias=self.bias)
         parts["linear2"] = Linear(max(e, 1), bias=self.bias)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers import init as _init
-from purelayers.layers import _torch_masks as _tm
+from purelayers.layers import attention as _tm
 from purelayers.layers._checks import (
     LayerError,
     as_shape,

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from purelayers.functional.attention import need_even
 from purelayers.init import Initializer, xavier_normal, xavier_uniform, zeros
 from purelayers.layers._checks import (
     LayerError,
@@ -22,11 +23,9 @@ from purelayers.layers._checks import (
     check_int,
     config_error,
 )
-from purelayers.layers._mha_options import append_kv, attend_with_weights
-from purelayers.layers.attention import AttentionCore
+from purelayers.layers.attention import AttentionCore, RotaryEmbedding
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import Linear, linear
-from purelayers.layers.rotary import RotaryEmbedding, _need_even
 
 __all__ = ["InProjAttention", "MultiHeadAttention"]
 
@@ -45,6 +44,31 @@ def _batched(layer: str, x: Any, context: Any, mask: Any, run, *, all_batched=Fa
     if all_batched:
         return jax.tree.map(lambda a: a[0], res)
     return (res[0][0], res[1]) if isinstance(res, tuple) else res[0]
+
+
+def append_kv(layer: Any, params: Params, k: jax.Array, v: jax.Array, mask: Any):
+    """``bias_k``/``bias_v`` and a zero key and value appended, as torch does; the
+    mask gains a visible column for each."""
+    extra = int(layer.add_bias_kv) + int(layer.add_zero_attn)
+    if not extra:
+        return k, v, mask
+    b = k.shape[0]
+    ks, vs = [k], [v]
+    if layer.add_bias_kv:
+        ks.append(jnp.broadcast_to(params["bias_k"][0], (b, 1, k.shape[-1])).astype(k.dtype))
+        vs.append(jnp.broadcast_to(params["bias_v"][0], (b, 1, v.shape[-1])).astype(v.dtype))
+    if layer.add_zero_attn:
+        ks.append(jnp.zeros((b, 1, k.shape[-1]), k.dtype))
+        vs.append(jnp.zeros((b, 1, v.shape[-1]), v.dtype))
+    if mask is not None:
+        m = jnp.asarray(mask)
+        s = k.shape[1]
+        if m.ndim == 0 or m.shape[-1] == 1:  # else the core names a misfit
+            m = jnp.broadcast_to(m, (*m.shape[:-1], s) if m.ndim else (s,))
+        fill = jnp.ones if m.dtype == jnp.bool_ else jnp.zeros
+        if m.shape[-1] == s:
+            mask = jnp.concatenate([m, fill((*m.shape[:-1], extra), m.dtype)], axis=-1)
+    return jnp.concatenate(ks, axis=1), jnp.concatenate(vs, axis=1), mask
 
 
 def _no_context(layer: str, core: AttentionCore, cache: Any) -> None:
@@ -117,20 +141,9 @@ class _Projected(Layer):
         return _batched(name, x, context, mask, run)
 
 
-@dataclasses.dataclass(frozen=True)
 class _Packed(_Projected):
-    """Shared by the two layouts with one packed input projection (q, k, v rows)."""
-
-    num_heads: int
-    _: dataclasses.KW_ONLY
-    num_kv_heads: int | None = None
-    bias: bool = True
-    causal: bool = False
-    dropout: float = 0.0
-    rope: bool | RotaryEmbedding = False
-    rope_theta: float = 10000.0
-    weight_init: Initializer | None = None
-    bias_init: Initializer | None = None
+    """Shared by the two layouts with one packed input projection (q, k, v rows); the
+    subclasses define the fields."""
 
     def __post_init__(self):
         name = type(self).__name__
@@ -165,7 +178,7 @@ class _Packed(_Projected):
             )
         hd = embed_dim // self.num_heads
         if self.rope:
-            _need_even(name, hd)
+            need_even(name, hd)
         return hd
 
     def _rows(self, embed_dim: int) -> int:
@@ -254,6 +267,17 @@ class MultiHeadAttention(_Packed):
       zeros.
     """
 
+    num_heads: int
+    _: dataclasses.KW_ONLY
+    num_kv_heads: int | None = None
+    bias: bool = True
+    causal: bool = False
+    dropout: float = 0.0
+    rope: bool | RotaryEmbedding = False
+    rope_theta: float = 10000.0
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
+
     def _parts(self, embed_dim: int) -> dict[str, Layer]:
         rows = self._rows(embed_dim) if embed_dim else 1
         b_init = self.bias_init or zeros()
@@ -289,54 +313,83 @@ class MultiHeadAttention(_Packed):
 
 @dataclasses.dataclass(frozen=True)
 class InProjAttention(_Packed):
-    r"""``torch.nn.MultiheadAttention(E, num_heads, batch_first=True)`` under torch's own
-    names: ``in_proj_weight`` ``(3E, E)`` and ``in_proj_bias`` (rows ``[q | k | v]``),
-    then the child ``out_proj`` (a ``Linear``), around an ``AttentionCore``. A torch
-    ``state_dict`` loads as it is. Otherwise as ``MultiHeadAttention`` (the same
-    arguments, masks, cross-attention with ``context=``, cache, grouped-query heads with
-    ``(H + 2K) * head_dim`` rows).
+    r"""``torch.nn.MultiheadAttention`` under torch's own names and arguments (``embed_dim``
+    dropped: ``E`` is read from the input)::
 
-    torch's options (keyword arguments, torch's defaults):
+        q, k, v = split(x @ in_proj_weight.T + in_proj_bias, 3)      # rows [q | k | v]
+        y = concat_heads(softmax(q k^T / sqrt(E / H) + masks) v) @ out_proj.weight.T + out_proj.bias
 
-    - ``kdim`` / ``vdim``: the key and value inputs' widths. Default ``None``: ``E``. As
-      in torch, they fix the layout, so they are settings rather than read from a
-      shape: where either differs from ``E`` the projections are separate,
-      ``q_proj_weight`` ``(E, E)``, ``k_proj_weight`` ``(E, kdim)``, ``v_proj_weight``
-      ``(E, vdim)`` (xavier-uniform each; ``in_proj_bias`` stays packed), and ``init``
-      still takes the query's shape. Keys come from ``context=`` (width ``kdim``),
-      values from ``value=`` (width ``vdim``; default: ``context``).
-    - ``add_bias_kv``: learn ``bias_k`` and ``bias_v``, ``(1, 1, E)`` (xavier-normal),
-      appended to the projected keys and values as one more key. Default ``False``.
-    - ``add_zero_attn``: append a key and a value of zeros (after ``bias_k``). Default
-      ``False``. Each appended key is visible to every query (masks are extended so).
+    A torch ``state_dict`` loads as it is. ``InProjAttention(num_heads, dropout)`` is
+    ``MultiheadAttention(E, num_heads, dropout)``.
 
-    ``apply(..., need_weights=True)`` returns ``(y, weights)`` as torch does (here the
-    default is ``False``, which returns ``y`` alone): the attention probabilities after
-    dropout, ``(batch, q_len, kv_len)`` averaged over heads with
-    ``average_attn_weights=True`` (default), ``(batch, H, q_len, kv_len)`` per head
-    otherwise (without the batch axis for an unbatched input). A query row that may
-    attend nothing has zero weights (torch: NaN) and a zero output.
+    Args:
+      num_heads: query heads ``H``; ``E`` must divide by it.
+      dropout: attention-weight dropout in train mode (needs ``key``). Default ``0.0``.
+      bias: learn ``in_proj_bias`` and ``out_proj.bias``. Default ``True``.
+      add_bias_kv: learn ``bias_k`` and ``bias_v``, appended to the projected keys and
+        values as one more key visible to every query. Default ``False``.
+      add_zero_attn: append a key and a value of zeros (after ``bias_k``). Default
+        ``False``.
+      kdim / vdim: the key and value inputs' widths. Default ``None``: ``E``. Where either
+        differs from ``E`` the projections are separate (``q_proj_weight`` ``(E, E)``,
+        ``k_proj_weight`` ``(E, kdim)``, ``v_proj_weight`` ``(E, vdim)``), as in torch;
+        ``init`` still takes the query's shape. Keys come from ``context=``, values from
+        ``value=`` (default: ``context``).
+      batch_first: inputs and output are ``(N, L, E)`` instead of torch's default
+        ``(L, N, E)``. Default ``False``.
+      num_kv_heads, causal, rope, rope_theta, weight_init, bias_init (keyword-only):
+        ``MultiHeadAttention``'s (grouped-query heads give ``(H + 2K) * head_dim`` rows).
 
-    Masks are ``AttentionCore``'s (boolean ``True`` where a query *may* attend, the
-    opposite of torch's boolean ``attn_mask``; floating point added to the scores).
+    ``apply(params, x, *, mask=None, key_padding_mask=None, key=None, train=False,
+    cache=None, context=None, value=None, positions=None, need_weights=False,
+    average_attn_weights=True)``. Masks have torch's meanings: ``mask`` is torch's
+    ``attn_mask``, ``(L, S)``, ``(N * H, L, S)`` or broadcastable to ``(N, H, L, S)``,
+    boolean ``True`` where attention is *not* allowed or floating point added to the
+    scores; ``key_padding_mask`` ``(N, S)``, ``True`` at padding (or floating point
+    added). ``need_weights=True`` returns ``(y, weights)`` as torch does (torch's default
+    is ``True``; here ``False`` returns ``y`` alone): the attention probabilities after
+    dropout, ``(N, L, S)`` averaged over heads with ``average_attn_weights=True``,
+    ``(N, H, L, S)`` otherwise. A query row that may attend nothing has zero weights
+    (torch: NaN) and a zero output. ``cache=`` decodes as ``MultiHeadAttention``.
+
+    Shape:
+      ``x``: ``(L, N, E)`` (``(N, L, E)`` with ``batch_first``) or unbatched ``(L, E)``;
+      output like ``x``.
 
     Parameters:
-      ``in_proj_weight``: ``((H + 2K) * head_dim, E)``, xavier-uniform (or the three
-      separate weights above). ``in_proj_bias``: zeros. ``bias_k``, ``bias_v``:
-      ``(1, 1, K * head_dim)``. ``out_proj.weight``: ``(E, E)``, torch's ``Linear``
-      init; ``out_proj.bias``: zeros.
+      ``in_proj_weight``: ``(3E, E)``, xavier-uniform (or the three separate weights
+      above). ``in_proj_bias``: ``(3E,)``, zeros. ``bias_k``, ``bias_v``: ``(1, 1, E)``,
+      xavier-normal. ``out_proj.weight``: ``(E, E)``, torch's ``Linear`` init;
+      ``out_proj.bias``: zeros.
 
     Example:
       >>> mha = InProjAttention(2, kdim=3, add_bias_kv=True)
-      >>> list(pl.params.flatten(mha.init(jax.random.key(0), (1, 5, 4))))
+      >>> list(pl.params.flatten(mha.init(jax.random.key(0), (5, 1, 4))))
       ['q_proj_weight', 'k_proj_weight', 'v_proj_weight', 'in_proj_bias', 'bias_k', 'bias_v', 'out_proj.weight', 'out_proj.bias']
+      >>> x = jnp.ones((5, 1, 4))  # (L, N, E)
+      >>> y, w = InProjAttention(2).apply(InProjAttention(2).init(jax.random.key(0), x.shape), x, need_weights=True)
+      >>> y.shape, w.shape
+      ((5, 1, 4), (1, 5, 5))
+
+    torch: ``torch.nn.MultiheadAttention(E, num_heads, dropout, bias, add_bias_kv,
+    add_zero_attn, kdim, vdim, batch_first)``.
     """
 
-    _kw: dataclasses.KW_ONLY
-    kdim: int | None = None
-    vdim: int | None = None
+    num_heads: int
+    dropout: float = 0.0
+    bias: bool = True
     add_bias_kv: bool = False
     add_zero_attn: bool = False
+    kdim: int | None = None
+    vdim: int | None = None
+    batch_first: bool = False
+    _: dataclasses.KW_ONLY
+    num_kv_heads: int | None = None
+    causal: bool = False
+    rope: bool | RotaryEmbedding = False
+    rope_theta: float = 10000.0
+    weight_init: Initializer | None = None
+    bias_init: Initializer | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -420,6 +473,7 @@ class InProjAttention(_Packed):
         x: Any,
         *,
         mask: Any = None,
+        key_padding_mask: Any = None,
         key: jax.Array | None = None,
         train: bool = False,
         cache: dict[str, jax.Array] | None = None,
@@ -431,8 +485,18 @@ class InProjAttention(_Packed):
     ):
         """``y`` for queries ``x`` (keys and values from ``x``, or from ``context`` and
         ``value``); ``(y, weights)`` with ``need_weights``; ``(y, new_cache)`` with
-        ``cache``."""
+        ``cache``. ``mask`` is torch's ``attn_mask``, ``key_padding_mask`` torch's."""
         name = type(self).__name__
+        if not self.batch_first and jnp.ndim(x) == 3:  # torch's (L, N, E)
+            swap = lambda a: None if a is None else jnp.swapaxes(jnp.asarray(a), 0, 1)  # noqa: E731
+            out = dataclasses.replace(self, batch_first=True).apply(
+                params, swap(x), mask=mask, key_padding_mask=key_padding_mask, key=key,
+                train=train, cache=cache, context=swap(context), value=swap(value),
+                positions=positions, need_weights=need_weights,
+                average_attn_weights=average_attn_weights,
+            )  # fmt: skip
+            return (swap(out[0]), out[1]) if isinstance(out, tuple) else swap(out)
+        mask = _allowed(name, self.num_heads, x, mask, key_padding_mask)
         appends = self.add_bias_kv or self.add_zero_attn
         if cache is not None and (need_weights or appends):
             raise LayerError(
@@ -454,9 +518,10 @@ class InProjAttention(_Packed):
                 k, v = self._project(params, kin, 1, e), self._project(params, vin, 2, e)
             k, v, mask = append_kv(self, params, k, v, mask)
             if need_weights:
-                out, weights = attend_with_weights(
-                    self.core, q, k, v, mask, positions, key, train, name
-                )
+                out, weights = self.core.attend(
+                    q, k, v, mask=mask, positions=positions, key=key, train=train,
+                    layer=name, weights=True,
+                )  # fmt: skip
                 if average_attn_weights:
                     weights = jnp.mean(weights, axis=1)
                 return self._project_out(params, out), weights
@@ -473,3 +538,40 @@ class InProjAttention(_Packed):
 
     def _project_out(self, params: Params, y: jax.Array, **_: Any) -> jax.Array:
         return self.call("out_proj", params, y)
+
+
+def _allowed(layer: str, heads: int, x: Any, attn_mask: Any, kpm: Any) -> Any:
+    """torch's ``attn_mask`` (boolean ``True`` where attention is *not* allowed, or
+    floating point added to the scores; ``(L, S)``, ``(N * heads, L, S)`` or anything
+    broadcastable to ``(N, heads, L, S)``) and ``key_padding_mask`` (``(N, S)``, ``True``
+    at padding, or floating point added) as the core's mask (boolean ``True`` where a
+    query may attend, or floating point added)."""
+    batched = jnp.ndim(x) == 3
+    n = jnp.shape(x)[0] if batched else 1
+    masks = []
+    if attn_mask is not None:
+        m = jnp.asarray(attn_mask)
+        if batched and m.ndim == 3 and m.shape[0] == n * heads and n > 1:
+            m = m.reshape(n, heads, *m.shape[1:])
+        masks.append(m)
+    if kpm is not None:
+        k = jnp.asarray(kpm)
+        if k.ndim != (2 if batched else 1):
+            want = "(N, S)" if batched else "(S,)"
+            raise LayerError(layer, "key_padding_mask shape", want, tuple(k.shape))
+        masks.append(k.reshape(k.shape[0], 1, 1, k.shape[1]) if batched else k)
+    if not masks:
+        return None
+    nd = max(m.ndim for m in masks)  # leading axes of one, as broadcasting would add
+    masks = [m.reshape((1,) * (nd - m.ndim) + m.shape) for m in masks]
+    if all(m.dtype == jnp.bool_ for m in masks):
+        allowed = ~masks[0]
+        for m in masks[1:]:
+            allowed = allowed & ~m
+        return allowed
+    total = None
+    for m in masks:
+        if m.dtype == jnp.bool_:
+            m = jnp.where(m, -jnp.inf, 0.0)
+        total = m if total is None else total + m
+    return total

@@ -1,43 +1,12 @@
 r"""Recurrent layers: the sequence layers ``RNN``, ``LSTM``, ``GRU`` (stacked, optionally
-bidirectional) and the cells ``RNNCell``, ``LSTMCell``, ``GRUCell`` (one time step).
+bidirectional); the one-step cells are in ``cells``.
 
 Parameters carry PyTorch's names, layouts and gate orders, so a ``torch.nn.LSTM``
 ``state_dict`` loads by name and gives the same outputs and gradients.
 
-How a sequence layer runs (chosen by measurement, see ``benchmarks/recurrent.py``):
-
-- for GRU, and for layers with a projection (``proj_size``) or JAX's own derivative
-  (``custom_derivative=False``), the input projection ``x @ weight_ih.T + bias`` of
-  every time step, and of both directions, is one matrix product before the
-  recurrence; LSTM and Elman layers with the written-out derivative instead take one
-  product per step of ``[x_t, h_{t-1}]`` with ``[weight_ih, weight_hh]`` and store no
-  projection (``_recurrent_loop._fused_recurrence`` has the measurements);
-- the recurrence is one ``lax.scan`` over time for both directions at once (their
-  states stacked on a leading axis), whose body holds only ``h @ weight_hh.T`` and the
-  gate arithmetic, so compile time does not grow with sequence length;
-- the derivative of the Elman, LSTM and (torch) GRU recurrences is written out
-  (``jax.custom_jvp``): the forward loop also stacks each step's derivative
-  coefficients (computed elementwise where the activations are at hand), and the
-  tangent loop is linear in the tangents with the weight term ``h_{t-1} @
-  dweight_hh.T`` one product over all steps outside it. JAX's transpose of it (reverse
-  mode) is a backward loop that carries only ``dgates_t @ weight_hh`` and recomputes
-  nothing, and the ``weight_hh`` gradient is one product over all steps after it, as
-  cuDNN and PyTorch do. LSTM and Elman layers whose gate tangents over all steps reach
-  2^21 elements (an LSTM of hidden 256 at batch 32 and 100 steps) instead take the weight
-  terms a chunk of about 320 rows of steps by batch at a time inside the loop, so the
-  backward loop accumulates the weight gradients one product per chunk and the gate
-  cotangents of all steps are never stored (that LSTM's training step 72.7 -> 61.1 ms,
-  37.7 -> 31.3 MiB of temporaries, compile +0.1-0.2 s; ``_recurrent_loop._tangent_loop``
-  has the measurements). Forward mode, reverse mode, ``vmap`` and higher derivatives
-  all work;
-- the gate activations are one ``tanh`` over the whole ``(batch, gates * hidden)`` block
-  (``sigmoid(v) = 0.5 * tanh(0.5 * v) + 0.5``): XLA:CPU vectorizes that and not a
-  transcendental per gate slice.
-
-Measured with ``python -m benchmarks.recurrent --plain-autodiff`` (LSTM, batch 32, input
-64, hidden 256, seq 100, forward and backward, CPU): 122 ms against 165 ms for JAX's own
-derivative of the same scan, 168 ms for the textbook scan with the input projection
-inside the loop, and 103 ms for ``torch.nn.LSTM``.
+The recurrences themselves (one ``lax.scan`` over time for both directions of a layer,
+masked by ``lengths``; the LSTM's and Elman RNN's written-out derivative) are
+``purelayers.functional.recurrent``'s ``recurrent_layer``.
 """
 
 from __future__ import annotations
@@ -50,6 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purelayers import functional as F
+from purelayers.functional._recurrent_steps import KINDS, Kind
+from purelayers.functional.recurrent import suffix
 from purelayers.init import Initializer
 from purelayers.layers._checks import (
     LayerError,
@@ -61,12 +33,7 @@ from purelayers.layers._checks import (
     need_known_in_range,
     need_width,
 )
-from purelayers.layers._recurrent_cells import (
-    KINDS,
-    GRUCell,
-    Kind,
-    LSTMCell,
-    RNNCell,
+from purelayers.layers.cells import (
     check_common,
     compute_dtype,
     init_cell,
@@ -74,11 +41,10 @@ from purelayers.layers._recurrent_cells import (
     need_state_shape,
     param_shapes,
 )
-from purelayers.layers._recurrent_loop import run_layer, suffix
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.dropout import dropout
 
-__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+__all__ = ["GRU", "LSTM", "RNN"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,18 +165,10 @@ class _Recurrent(Layer):
             if layer and use_dropout:
                 x = dropout(x, self.dropout, jax.random.fold_in(key, layer), layer=name)
             layer_state = tuple(s[layer * d : (layer + 1) * d] for s in states)
-            x, final = run_layer(
-                self.kind,
-                params,
-                layer,
-                d,
-                x,
-                layer_state,
-                lengths,
-                unroll=self.unroll,
-                custom_derivative=self.custom_derivative,
-                proj=self._proj > 0,
-            )
+            x, final = F.recurrent_layer(
+                self.kind, params, x, layer_state, lengths, layer_index=layer, directions=d,
+                unroll=self.unroll, reference=not self.custom_derivative, proj=self._proj > 0,
+            )  # fmt: skip
             finals.append(final)
         h_n = tuple(jnp.concatenate(parts, axis=0) for parts in zip(*finals, strict=True))
         if isinstance(lengths, jax.core.Tracer):
@@ -302,15 +260,11 @@ class LSTM(_Recurrent):
       weight_init, bias_init: initializers overriding the default for all weights
         (``weight_hr`` included) / all biases.
       unroll: time steps per iteration of the ``lax.scan`` over time (capped at ``T``).
-        Same results for any value. On CPU (LSTM, batch 32, input 64, hidden 256, seq
-        100, forward and backward) unrolling 2 or 4 steps measured within noise of 1
-        (139, 132 and 139 ms): XLA:CPU gains nothing from a longer loop body. Default
-        ``1``.
+        Same results for any value. Default ``1``.
       custom_derivative: differentiate with the written-out derivative of the
-        recurrence (see the module docstring) rather than JAX's own derivative of the
-        scan. Both are exact (equal to round-off); on that workload the former
-        measured 122 ms a step against 165 ms. ``False`` is for comparison and
-        benchmarks. Default ``True``.
+        recurrence (``F.recurrent_layer``) rather than JAX's own derivative of the scan
+        (``F.recurrent_layer_reference``). Both are exact (equal to round-off); ``False``
+        is for comparison and benchmarks. Default ``True``.
 
     Shape:
       ``x``: ``(T, B, I)`` (``(B, T, I)`` with ``batch_first``) or unbatched ``(T, I)``.
@@ -387,11 +341,9 @@ class GRU(_Recurrent):
     al.'s recurrence with its own parameter names, as ``GRUCell(reset_after=False)``.
 
     Args:
-      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s (same results; for
-        LSTM on CPU 1, 2, 4 measured within noise: 139, 132, 139 ms). Default ``1``.
-      custom_derivative: use the written-out derivative of the recurrence rather than
-        JAX's derivative of the scan, as ``LSTM``'s (both exact; for LSTM 122 ms
-        against 165 ms). ``reset_after=False`` always takes JAX's. Default ``True``.
+      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s. Default ``1``.
+      custom_derivative: accepted for symmetry with ``LSTM``; a GRU always takes JAX's
+        derivative of its scan. Default ``True``.
 
     Parameters: ``weight_ih_l{l}`` ``(3H, I)``, ``weight_hh_l{l}`` ``(3H, H)``,
     ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(3H,)`` (and ``_reverse``); all
@@ -427,11 +379,9 @@ class RNN(_Recurrent):
     a single ``h_0``.
 
     Args:
-      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s (same results; for
-        LSTM on CPU 1, 2, 4 measured within noise: 139, 132, 139 ms). Default ``1``.
+      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s. Default ``1``.
       custom_derivative: use the written-out derivative of the recurrence rather than
-        JAX's derivative of the scan, as ``LSTM``'s (both exact; for LSTM 122 ms
-        against 165 ms). Default ``True``.
+        JAX's derivative of the scan, as ``LSTM``'s (both exact). Default ``True``.
 
     Parameters: ``weight_ih_l{l}`` ``(H, I)``, ``weight_hh_l{l}`` ``(H, H)``,
     ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(H,)`` (and ``_reverse``); all

@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.layers._checks import LayerError, as_shape, check_int, config_error, fold
-from purelayers.layers.attention import AttentionCore
+from purelayers.layers.attention import AttentionCore, RotaryEmbedding
 from purelayers.layers.core import Layer, Params
 from purelayers.layers.linear import Linear
 from purelayers.layers.multihead import _Projected, need_embed
-from purelayers.layers.rotary import RotaryEmbedding
 
 __all__ = ["Attention"]
 

@@ -89,8 +89,7 @@ CASES = [
          atol=1e-4, gradcheck=_COMPOSED.format("encoder and decoder layers")),
     Case("InProjAttention-bias-kv-zero-attn",
          lambda: L.InProjAttention(2, add_bias_kv=True, add_zero_attn=True), (2, 5, 8),
-         (2, 5, 8), lambda t: t.nn.MultiheadAttention(8, 2, batch_first=True, add_bias_kv=True,
-                                                      add_zero_attn=True),
+         (2, 5, 8), lambda t: t.nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=True),
          torch_call=_torch_mha, rtol=1e-4, gradcheck=(1, 3, 4)),
 ]  # fmt: skip
 
@@ -108,6 +107,9 @@ ERRORS = [
      r"^InProjAttention: cache= works without need_weights, add_bias_kv and add_zero_attn$"),
     (_P + "inproj-value-alone", lambda: _run(L.InProjAttention(2), (1, 3, 4), value=jnp.ones((1, 2, 4))),
      LayerError, r"^InProjAttention: value= needs context= \(the keys' input\) too$"),
+    (_P + "inproj-key-padding-mask-shape",
+     lambda: _run(L.InProjAttention(2), (1, 3, 4), key_padding_mask=jnp.ones((3,), bool)),
+     LayerError, r"^InProjAttention: key_padding_mask shape expected \(N, S\), got \(3,\)$"),
     (_P + "inproj-weights-dropout-key",
      lambda: _mha_weights(L.InProjAttention(2, dropout=0.5), train=True), LayerError,
      r"^InProjAttention: train=True draws random numbers and needs a PRNG key"),

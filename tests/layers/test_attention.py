@@ -8,10 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from purelayers import params as P
+from purelayers.functional.attention import dot_product_attention_reference
 from purelayers.layers import Lambda, MultiHeadAttention, causal_mask, rotary_embedding
 from purelayers.layers import scaled_dot_product_attention as sdpa
-from purelayers.layers._sdpa import _attend_explicit
 from purelayers.testing import assert_matches_torch, gradcheck
+
+
+def _attend_explicit(q, k, v, mask, bias, causal, scale, dropout_p, key):
+    """The written-out attention (``F.dot_product_attention_reference``) positionally."""
+    return dot_product_attention_reference(
+        q, k, v, mask=mask, bias=bias, is_causal=causal, scale=scale, dropout_p=dropout_p, key=key
+    )
+
 
 RTOL = ATOL = 1e-5
 
@@ -188,7 +196,8 @@ def test_causal_halves_equal_one_block(t, kv_heads):
     values and gradients as one block of scores with the causal mask, for an even and an
     odd length and with grouped-query heads (float64, to the last bits of the softmax
     sums' order)."""
-    from purelayers.layers._sdpa import _CAUSAL_HALVES_MIN, _attend_cpu
+    from purelayers.functional.attention import CAUSAL_HALVES_MIN as _CAUSAL_HALVES_MIN
+    from purelayers.functional.attention import _attend_cpu
 
     assert t >= _CAUSAL_HALVES_MIN
     rng = np.random.default_rng(5)

@@ -85,7 +85,9 @@ def test_uniform_attention_over_visible_keys_worked_example():
     @jax.jit
     def run(params):
         return {
-            z: L.InProjAttention(1, add_zero_attn=z).apply(params, x, mask=mask, need_weights=True)
+            z: L.InProjAttention(1, add_zero_attn=z, batch_first=True).apply(
+                params, x, mask=~mask, need_weights=True
+            )
             for z in (False, True)
         }
 
@@ -242,13 +244,13 @@ OPTIONS = [
 def test_attention_options_and_weights_match_torch(torch, options, average, mask):
     module = torch.nn.MultiheadAttention(E, H, batch_first=True, **options)
     module = twins.randomize(torch, module)
-    layer = L.InProjAttention(H, **options)
+    layer = L.InProjAttention(H, batch_first=True, **options)
     rng = np.random.default_rng(4)
     q = _rand(rng, 2, 3, E)
     k, v = _rand(rng, 2, 4, options.get("kdim", E)), _rand(rng, 2, 4, options.get("vdim", E))
     if mask == "kpm":
         kpm = np.array([[False, True, False, False], [False, False, True, True]])
-        theirs, ours = {"key_padding_mask": kpm}, ~kpm[:, None, None, :]
+        theirs, ours = {"key_padding_mask": kpm}, kpm[:, None, None, :]
     else:
         attn = _rand(rng, 3, 4)
         theirs, ours = {"attn_mask": attn}, attn
@@ -275,6 +277,31 @@ def test_attention_options_and_weights_match_torch(torch, options, average, mask
     np.testing.assert_allclose(plain, y, **TOL)
 
 
+def test_torch_defaults_sequence_first_and_boolean_masks_match_torch(torch):
+    """``InProjAttention(H, dropout)`` is ``MultiheadAttention(E, H, dropout)``: inputs
+    ``(L, N, E)``, a boolean ``attn_mask`` and ``key_padding_mask`` ``True`` where
+    attention is not allowed, weights averaged over heads (float64)."""
+    module = twins.randomize(torch, torch.nn.MultiheadAttention(E, H, 0.0)).double()
+    layer = L.InProjAttention(H, 0.0)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((5, 3, E))
+    attn = rng.random((5, 5)) > 0.7
+    attn[:, 0] = False
+    kpm = np.zeros((3, 5), bool)
+    kpm[1, -2:] = True
+    y, w = module(*[torch.tensor(x)] * 3, attn_mask=torch.tensor(attn),
+                  key_padding_mask=torch.tensor(kpm))  # fmt: skip
+    with jax.enable_x64(True):
+        params = jax.tree.map(jnp.asarray, pl.params.unflatten(
+            {k: v.detach().numpy() for k, v in module.state_dict().items()}
+        ))  # fmt: skip
+        got, got_w = layer.apply(
+            params, jnp.asarray(x), mask=attn, key_padding_mask=kpm, need_weights=True
+        )
+    np.testing.assert_allclose(got, y.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got_w, w.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_separate_projections_are_torchs_layout():
     layer = L.InProjAttention(H, kdim=5, vdim=3)
     shapes = jax.tree.map(jnp.shape, jax.eval_shape(lambda: layer.init(KEY, (2, 3, E))))
@@ -294,7 +321,7 @@ def test_separate_projections_are_torchs_layout():
 def test_attention_dropout_zeroes_weights_and_scales_the_rest():
     """In train mode each weight is dropped with probability ``p`` and the kept ones are
     scaled by ``1 / (1 - p)``, drawn from the key; eval mode is deterministic."""
-    layer = L.InProjAttention(1, dropout=0.5)
+    layer = L.InProjAttention(1, dropout=0.5, batch_first=True)
     x = jnp.asarray(_rand(np.random.default_rng(5), 4, 16, 4))
     params = layer.init(KEY, x.shape)
 

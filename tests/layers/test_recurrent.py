@@ -250,7 +250,7 @@ def test_chunked_cases_run_in_chunks():
     (ratio 1.25 against 1.6); 320 / 32 = 10: 10 divides 100; 97 is prime: one chunk.
     The chunked cases' layers chunk (gate tangents of at least 2^21 elements: 32 x 128 x
     512), the small ones and a hidden-64 LSTM (2^20) run one loop."""
-    from purelayers.layers._recurrent_loop import chunk_steps
+    from purelayers.functional.recurrent import chunk_steps
 
     assert chunk_steps(*CHUNKED) == 2
     assert chunk_steps(100, 32) == 10  # the benchmark's LSTM
@@ -446,7 +446,7 @@ def test_gate_activations_and_derivatives_match_sigmoid_and_tanh(blocks, shape):
     ``jax.nn.sigmoid`` / ``jnp.tanh`` block by block, and ``gate_derivatives`` at its
     output equals their derivatives (``s * (1 - s)``, ``1 - t**2``), in float64 with
     saturated inputs (+-30) among them; the constants broadcast over any leading axes."""
-    from purelayers.layers._recurrent_cells import gate_activations, gate_derivatives
+    from purelayers.functional._recurrent_steps import gate_activations, gate_derivatives
 
     with jax.enable_x64():
         z = jnp.asarray(_rng(3).standard_normal(shape) * 4)

@@ -323,7 +323,7 @@ def test_remat_keeps_python_keyword_arguments_static():
     """Keyword arguments that are Python values (``need_weights``, ``average_attn_weights``)
     reach the layer as they are, not traced through ``jax.checkpoint``: the same outputs
     and gradients as without ``Remat``."""
-    attn = L.InProjAttention(2)
+    attn = L.InProjAttention(2, batch_first=True)
     x = jax.random.normal(jax.random.key(1), (2, 3, 8))
     params = attn.init(jax.random.key(0), x.shape)
     kw = dict(need_weights=True, average_attn_weights=False)
