@@ -36,18 +36,6 @@ WIDTHS = {
 # variants (every purelayers layer reads its input widths from init's shape).
 NOT_LAYERS = ("Loss", "Lazy")
 
-# Classes whose samples wait on a constructor change being merged from another branch:
-# ``InProjAttention`` taking torch's ``MultiheadAttention`` arguments (``batch_first``,
-# ``dropout`` positional) and its boolean mask meaning (True = not allowed), and
-# ``Softmax``/``LogSoftmax`` taking ``dim``. Their samples run and are expected to fail
-# until then. TEMPORARY: remove this set (and its use in test_module_db.py) once the
-# branches with the new API are merged.
-_PENDING_API = {
-    "MultiheadAttention": "InProjAttention with torch's arguments and mask meaning",
-    "Softmax": "Softmax(dim=...)",
-    "LogSoftmax": "LogSoftmax(dim=...)",
-}
-
 # Samples refused, with the reason: ``(torch class, predicate(desc, index), reason)``.
 REFUSED: list[tuple[str, Any, str]] = []
 
@@ -180,17 +168,18 @@ def _init_shape(name: str, args: tuple) -> Any:
 
 def _mha_apply(layer, params, args, kwargs, **kw):
     """``nn.MultiheadAttention(q, k, v, key_padding_mask, need_weights, attn_mask)`` as
-    ``InProjAttention.apply`` takes it (torch's boolean meaning: True = not allowed):
-    the per-head ``(N * H, L, S)`` mask as ``(N, H, L, S)``, the key padding mask
-    merged in."""
+    ``InProjAttention.apply`` takes it: the same masks, in torch's meaning."""
     q, k, v = args[:3]
-    mask, kpm = kwargs.get("attn_mask"), kwargs.get("key_padding_mask")
-    if mask is not None and mask.ndim == 3 and q.ndim == 3:
-        mask = mask.reshape(-1, layer.num_heads, *mask.shape[1:])
-    if kpm is not None:
-        kpm = kpm[:, None, None, :] if kpm.ndim == 2 else kpm
-        mask = kpm if mask is None else mask | kpm
-    return layer.apply(params, q, context=k, value=v, mask=mask, need_weights=True, **kw)
+    return layer.apply(
+        params,
+        q,
+        context=k,
+        value=v,
+        mask=kwargs.get("attn_mask"),
+        key_padding_mask=kwargs.get("key_padding_mask"),
+        need_weights=True,
+        **kw,
+    )
 
 
 def _apply(name, layer, params, args, kwargs, **kw):

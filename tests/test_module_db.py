@@ -79,8 +79,6 @@ def test_module_db_samples_match_torch(torch, module_db, name):
             cases.run_sample(torch, name, info, sample, index)
         except Exception as e:  # every failure is reported, by sample
             failures.append(f"{name}[{index}] {sample.desc!r}: {type(e).__name__}: {e}")
-    if failures and name in cases._PENDING_API:  # TEMPORARY, see _PENDING_API
-        pytest.xfail(f"waits on {cases._PENDING_API[name]}: " + failures[0][:300])
     assert not failures, f"{len(failures)} of {ran} samples differ:\n" + "\n".join(failures)
     if not ran:
         pytest.skip("; ".join(refused))
