@@ -63,11 +63,10 @@ class _LRN(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class LocalResponseNorm(_LRN):
-    r"""Divides each entry by a power of the mean square of its neighbouring channels.
+    r"""Normalizes across channels: ``y[n, c] = x[n, c] / (k + alpha / size * s[n, c]) ** beta``.
 
-    ``y[n, c] = x[n, c] / (k + alpha / size * sum(x[n, c'] ** 2)) ** beta`` with ``c'``
-    over ``c - size // 2 .. c + (size - 1) // 2`` (channels outside count as zeros, and
-    the sum is always divided by ``size``). Matches ``torch.nn.LocalResponseNorm(size,
+    ``s[n, c] = sum(x[n, c'] ** 2)`` with ``c'`` over ``c - size // 2 .. c + (size - 1) //
+    2`` (channels outside count as zeros, and the sum is always divided by ``size``). Matches ``torch.nn.LocalResponseNorm(size,
     alpha, beta, k)``.
 
     Worked example: ``size=2, alpha=1, beta=1, k=1`` on channels ``[1, 2, 3]`` (one
@@ -83,6 +82,8 @@ class LocalResponseNorm(_LRN):
     Shape:
       input ``(N, C, *)`` with at least one axis after ``C``; output the same shape and
       dtype.
+
+    Parameters: none.
 
     Example:
       >>> lrn = LocalResponseNorm(2, alpha=1.0, beta=1.0)
@@ -103,10 +104,9 @@ class LocalResponseNorm(_LRN):
 
 @dataclasses.dataclass(frozen=True)
 class CrossMapLRN2d(_LRN):
-    r"""torch's legacy cross-channel normalization of ``(N, C, H, W)`` images.
+    r"""torch's legacy cross-channel normalization: ``y = x * (k + alpha / size * s) ** -beta``.
 
-    ``y = x * (k + alpha / size * s) ** -beta`` where ``s[n, c]`` sums ``x[n, c'] ** 2``
-    over the channels torch's ``CrossMapLRN2d`` sums, reproduced exactly: with
+    ``s[n, c]`` sums ``x[n, c'] ** 2`` over the channels torch's ``CrossMapLRN2d`` sums, reproduced exactly: with
     ``p = int((size - 1) / 2 + 1)``, the window ``c - p + 1 .. c + p - 1`` (inside the
     channels) and, for every ``c >= p``, channel 0 too (torch's running sum never takes
     it back out). Matches ``torch.nn.CrossMapLRN2d(size, alpha, beta, k)``'s output.
@@ -125,6 +125,8 @@ class CrossMapLRN2d(_LRN):
 
     Shape:
       input ``(N, C, H, W)``; output the same shape and dtype.
+
+    Parameters: none.
 
     Example:
       >>> lrn = CrossMapLRN2d(3, alpha=3.0, beta=1.0, k=0.0)
