@@ -143,13 +143,32 @@ class _BatchNorm(_RunningStatsNorm):
 
 @dataclasses.dataclass(frozen=True)
 class BatchNorm1d(_BatchNorm):
-    """Batch normalization of ``(N, C)`` features or ``(N, C, L)`` sequences, per channel.
+    r"""Batch normalization per channel: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    Statistics over ``N`` (and ``L``). Matches ``torch.nn.BatchNorm1d(C)``; the
-    formula, the state tree and the arguments are those of ``BatchNorm2d``.
+    ``mean`` and ``var`` over ``N`` (and ``L``): the batch's in training or without
+    ``track_running_stats``, the running averages otherwise (updated as ``BatchNorm2d``
+    describes). Matches ``torch.nn.BatchNorm1d(C)``.
+
+    Args:
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      momentum: weight of the new batch in the running averages, in ``[0, 1]``, or None
+        for a cumulative average. Default ``0.1``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``True``.
+      track_running_stats: keep running statistics (state) for evaluation; if False there
+        is no state and batch statistics are used in both modes. Default ``True``.
+      bias: learn ``bias`` too (with ``affine``). Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
 
     Shape:
       input ``(N, C)`` or ``(N, C, L)``; output the same shape and dtype.
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros.
+
+    Buffers:
+      ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones.
+      ``num_batches_tracked``: int32 scalar, 0 (from ``init_state``).
 
     Example:
       >>> bn = BatchNorm1d()
@@ -166,12 +185,11 @@ class BatchNorm1d(_BatchNorm):
 
 @dataclasses.dataclass(frozen=True)
 class BatchNorm2d(_BatchNorm):
-    r"""Batch normalization of ``(N, C, H, W)`` images, per channel over ``N, H, W``.
+    r"""Batch normalization per channel: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` where, per channel, ``mean`` and
-    ``var`` are the batch's (population variance) when ``train=True`` or when
-    ``track_running_stats=False``, and the running averages otherwise. Matches
-    ``torch.nn.BatchNorm2d(x.shape[1])`` in the same mode.
+    ``mean`` and ``var`` over ``N, H, W``: the batch's (population variance) when
+    ``train=True`` or when ``track_running_stats=False``, the running averages otherwise.
+    Matches ``torch.nn.BatchNorm2d(x.shape[1])`` in the same mode.
 
     With ``track_running_stats`` (the default) the buffers live in a separate state tree
     from ``init_state(shape)``, and ``apply(params, x, state=state, train=...)`` returns
@@ -205,7 +223,7 @@ class BatchNorm2d(_BatchNorm):
     Parameters:
       ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros.
 
-    State:
+    Buffers:
       ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones (both float32,
       or wider for wider inputs). ``num_batches_tracked``: int32 scalar, 0 (torch's is
       int64; JAX holds int32 unless x64 is enabled, and checkpoints convert).
@@ -216,6 +234,8 @@ class BatchNorm2d(_BatchNorm):
       >>> params, state = bn.init(jax.random.key(0), x.shape), bn.init_state(x.shape)
       >>> y, state = bn.apply(params, x, state=state, train=True)   # a training step
       >>> y, _ = bn.apply(params, x, state=state)                    # evaluation
+      >>> y.shape, state["running_var"].shape
+      ((8, 3, 5, 5), (3,))
     """
 
     _ranks: ClassVar[tuple[int, ...]] = (4,)
@@ -224,13 +244,38 @@ class BatchNorm2d(_BatchNorm):
 
 @dataclasses.dataclass(frozen=True)
 class BatchNorm3d(_BatchNorm):
-    """Batch normalization of ``(N, C, D, H, W)`` volumes, per channel over ``N, D, H, W``.
+    r"""Batch normalization per channel: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    Matches ``torch.nn.BatchNorm3d(C)``; the formula, the state tree and the arguments
-    are those of ``BatchNorm2d``.
+    ``mean`` and ``var`` over ``N, D, H, W``: the batch's in training or without
+    ``track_running_stats``, the running averages otherwise (updated as ``BatchNorm2d``
+    describes). Matches ``torch.nn.BatchNorm3d(C)``.
+
+    Args:
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      momentum: weight of the new batch in the running averages, in ``[0, 1]``, or None
+        for a cumulative average. Default ``0.1``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``True``.
+      track_running_stats: keep running statistics (state) for evaluation; if False there
+        is no state and batch statistics are used in both modes. Default ``True``.
+      bias: learn ``bias`` too (with ``affine``). Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
 
     Shape:
       input ``(N, C, D, H, W)``; output the same shape and dtype.
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros.
+
+    Buffers:
+      ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones.
+      ``num_batches_tracked``: int32 scalar, 0 (from ``init_state``).
+
+    Example:
+      >>> bn = BatchNorm3d(track_running_stats=False)
+      >>> x = jnp.ones((2, 3, 2, 2, 2))
+      >>> bn.apply(bn.init(jax.random.key(0), x.shape), x).shape
+      (2, 3, 2, 2, 2)
     """
 
     _ranks: ClassVar[tuple[int, ...]] = (5,)
@@ -239,11 +284,10 @@ class BatchNorm3d(_BatchNorm):
 
 @dataclasses.dataclass(frozen=True)
 class SyncBatchNorm(_BatchNorm):
-    r"""Batch normalization whose training statistics span every shard of a named axis.
+    r"""Batch normalization across shards: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    ``BatchNorm2d``'s formula, state tree and arguments, on inputs ``(N, C, *)`` of any
-    rank >= 2, with the per-channel batch mean and variance taken over the inputs of all
-    the shards of ``axis_name``: a ``jax.vmap(..., axis_name=...)`` axis or a
+    In training the per-channel batch ``mean`` and ``var`` are taken over the inputs of
+    all the shards of ``axis_name``: a ``jax.vmap(..., axis_name=...)`` axis or a
     ``shard_map`` mesh axis (several names: all of them). Per channel::
 
         mean = pmean(mean_shard(x))
@@ -259,13 +303,26 @@ class SyncBatchNorm(_BatchNorm):
     by every process of a group.
 
     Args:
-      eps, momentum, affine, track_running_stats, bias, weight_init, bias_init: as
-        ``BatchNorm2d``.
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      momentum: weight of the new batch in the running averages, in ``[0, 1]``, or None
+        for a cumulative average. Default ``0.1``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``True``.
+      track_running_stats: keep running statistics (state) for evaluation. Default ``True``.
+      bias: learn ``bias`` too (with ``affine``). Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
       axis_name: the named axis (or a tuple of them) to reduce the statistics over, in
         place of torch's ``process_group``. Default ``None``: this shard alone.
 
     Shape:
-      input ``(N, C, *)``; output the same shape and dtype.
+      input ``(N, C, *)``, rank >= 2; output the same shape and dtype.
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros.
+
+    Buffers:
+      ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones.
+      ``num_batches_tracked``: int32 scalar, 0 (from ``init_state``).
 
     Example:
       >>> bn = SyncBatchNorm(axis_name="shard")

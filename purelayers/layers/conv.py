@@ -221,33 +221,29 @@ class _ConvNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class Conv1d(_ConvNd):
-    r"""1-d convolution over sequences ``(N, C, L)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
-    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
-    Matches ``torch.nn.Conv1d``.
+    r"""1-d convolution: ``y[n, o] = bias[o] + sum_c corr(x[n, c], weight[o, c])``.
+
+    ``corr``: the cross-correlation over ``L`` (``F.conv``); ``c``: over the ``C_in/groups``
+    channels of ``o``'s group. Matches ``torch.nn.Conv1d``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
-      kernel_size: an int or a tuple of 1 ints.
+      kernel_size: an int (or a 1-tuple).
       stride: an int or a tuple of 1, each >= 1. Default ``1``.
-      padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
-        ``"same"`` (output size = input size; needs stride 1; an odd total
-        ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as
-        torch). Default ``0``.
+      padding: ints >= 0 added on both sides, ``"valid"`` (none) or ``"same"`` (stride 1;
+        an odd excess goes on the high side, as torch). Default ``0``.
       dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
       groups: independent channel groups (``groups = C_in`` is depthwise). Default ``1``.
       bias: learn an additive ``bias``. Default ``True``.
-      padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
-        torch. Default ``"zeros"``.
-      weight_init: initializer for ``weight``. Default torch's
-        ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
-        ``fan_in = C_in/groups * prod(kernel_size)``.
+      padding_mode: ``"zeros"`` (default), ``"reflect"``, ``"replicate"`` or ``"circular"``.
+      weight_init: initializer for ``weight``. Default torch's ``U(-1/sqrt(fan_in),
+        1/sqrt(fan_in))``, ``fan_in = C_in/groups * prod(kernel_size)``.
       bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 
     Shape:
-      input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)`` (1 spatial axes ``L``;
-      ``C_in`` read from ``init``'s ``shape``); output ``(N, out_channels, *L_out)``,
-      ``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) /
-      stride) + 1``. Computes in the input's floating dtype.
+      input ``(N, C_in, L)`` or ``(C_in, L)``, ``C_in`` as ``init`` saw it; output ``(N,
+      out_channels, L_out)`` in the input's floating dtype, per spatial axis ``out = (L +
+      pad_low + pad_high - dilation * (k - 1) - 1) // stride + 1``.
 
     Parameters:
       ``weight``: ``(out_channels, C_in/groups, k)``. ``bias``: ``(out_channels,)``.
@@ -263,33 +259,29 @@ class Conv1d(_ConvNd):
 
 @dataclasses.dataclass(frozen=True)
 class Conv2d(_ConvNd):
-    r"""2-d convolution over images ``(N, C, H, W)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
-    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
-    Matches ``torch.nn.Conv2d``.
+    r"""2-d convolution: ``y[n, o] = bias[o] + sum_c corr(x[n, c], weight[o, c])``.
+
+    ``corr``: the cross-correlation over ``H, W`` (``F.conv``); ``c``: over the
+    ``C_in/groups`` channels of ``o``'s group. Matches ``torch.nn.Conv2d``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
-      kernel_size: an int or a tuple of 2 ints.
+      kernel_size: an int or a tuple of one int per spatial axis.
       stride: an int or a tuple of 2, each >= 1. Default ``1``.
-      padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
-        ``"same"`` (output size = input size; needs stride 1; an odd total
-        ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as
-        torch). Default ``0``.
+      padding: ints >= 0 added on both sides, ``"valid"`` (none) or ``"same"`` (stride 1;
+        an odd excess goes on the high side, as torch). Default ``0``.
       dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
       groups: independent channel groups (``groups = C_in`` is depthwise). Default ``1``.
       bias: learn an additive ``bias``. Default ``True``.
-      padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
-        torch. Default ``"zeros"``.
-      weight_init: initializer for ``weight``. Default torch's
-        ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
-        ``fan_in = C_in/groups * prod(kernel_size)``.
+      padding_mode: ``"zeros"`` (default), ``"reflect"``, ``"replicate"`` or ``"circular"``.
+      weight_init: initializer for ``weight``. Default torch's ``U(-1/sqrt(fan_in),
+        1/sqrt(fan_in))``, ``fan_in = C_in/groups * prod(kernel_size)``.
       bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 
     Shape:
-      input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)`` (2 spatial axes ``L``;
-      ``C_in`` read from ``init``'s ``shape``); output ``(N, out_channels, *L_out)``,
-      ``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) /
-      stride) + 1``. Computes in the input's floating dtype.
+      input ``(N, C_in, H, W)`` or ``(C_in, H, W)``, ``C_in`` as ``init`` saw it; output ``(N,
+      out_channels, H_out, W_out)`` in the input's floating dtype, per spatial axis ``out = (L
+      + pad_low + pad_high - dilation * (k - 1) - 1) // stride + 1``.
 
     Parameters:
       ``weight``: ``(out_channels, C_in/groups, kh, kw)``. ``bias``: ``(out_channels,)``.
@@ -308,36 +300,37 @@ class Conv2d(_ConvNd):
 
 @dataclasses.dataclass(frozen=True)
 class Conv3d(_ConvNd):
-    r"""3-d convolution over volumes ``(N, C, D, H, W)``: ``out[n, o] = bias[o] + sum_c weight[o, c] * x[n, c]``,
-    each product a cross-correlation (``F.conv``) over ``C_in/groups`` channels per group.
-    Matches ``torch.nn.Conv3d``.
+    r"""3-d convolution: ``y[n, o] = bias[o] + sum_c corr(x[n, c], weight[o, c])``.
+
+    ``corr``: the cross-correlation over ``D, H, W`` (``F.conv``); ``c``: over the
+    ``C_in/groups`` channels of ``o``'s group. Matches ``torch.nn.Conv3d``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
-      kernel_size: an int or a tuple of 3 ints.
+      kernel_size: an int or a tuple of one int per spatial axis.
       stride: an int or a tuple of 3, each >= 1. Default ``1``.
-      padding: an int or tuple of ints >= 0 (added on both sides), ``"valid"`` (none) or
-        ``"same"`` (output size = input size; needs stride 1; an odd total
-        ``dilation * (kernel_size - 1)`` puts the extra element on the high side, as
-        torch). Default ``0``.
+      padding: ints >= 0 added on both sides, ``"valid"`` (none) or ``"same"`` (stride 1;
+        an odd excess goes on the high side, as torch). Default ``0``.
       dilation: spacing between kernel taps, an int or a tuple, each >= 1. Default ``1``.
       groups: independent channel groups (``groups = C_in`` is depthwise). Default ``1``.
       bias: learn an additive ``bias``. Default ``True``.
-      padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
-        torch. Default ``"zeros"``.
-      weight_init: initializer for ``weight``. Default torch's
-        ``kaiming_uniform(a=sqrt(5))``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
-        ``fan_in = C_in/groups * prod(kernel_size)``.
+      padding_mode: ``"zeros"`` (default), ``"reflect"``, ``"replicate"`` or ``"circular"``.
+      weight_init: initializer for ``weight``. Default torch's ``U(-1/sqrt(fan_in),
+        1/sqrt(fan_in))``, ``fan_in = C_in/groups * prod(kernel_size)``.
       bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 
     Shape:
-      input ``(N, C_in, *L)`` or unbatched ``(C_in, *L)`` (3 spatial axes ``L``;
-      ``C_in`` read from ``init``'s ``shape``); output ``(N, out_channels, *L_out)``,
-      ``L_out = floor((L + pad_low + pad_high - dilation * (kernel_size - 1) - 1) /
-      stride) + 1``. Computes in the input's floating dtype.
+      input ``(N, C_in, D, H, W)`` or ``(C_in, D, H, W)``, ``C_in`` as ``init`` saw it; output
+      ``(N, out_channels, D_out, H_out, W_out)`` in the input's floating dtype, per spatial
+      axis ``out = (L + pad_low + pad_high - dilation * (k - 1) - 1) // stride + 1``.
 
     Parameters:
       ``weight``: ``(out_channels, C_in/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
+
+    Example:
+      >>> conv = Conv3d(4, (1, 3, 3), padding=(0, 1, 1))
+      >>> conv.apply(conv.init(jax.random.key(0), (1, 2, 3, 5, 5)), jnp.ones((1, 2, 3, 5, 5))).shape
+      (1, 4, 3, 5, 5)
     """
 
     _nd: ClassVar[int] = 3
@@ -475,28 +468,27 @@ class _ConvTransposeNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class ConvTranspose1d(_ConvTransposeNd):
-    r"""1-d transposed convolution over ``(N, C, L)``: the gradient of ``Conv1d`` with respect
-    to its input. Matches ``torch.nn.ConvTranspose1d``.
+    r"""1-d transposed convolution: ``y[n, o, s*i + d*k - p] += weight[c, o, k] * x[n, c, i]``.
 
-    Computed as the forward convolution of the stride-dilated input with the weight
-    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
-    ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
+    Over sequences ``(N, C, L)``, with ``s, d, p`` the stride, dilation and padding: the gradient
+    of ``Conv1d`` with respect to its input. Matches ``torch.nn.ConvTranspose1d``.
+
+    ``apply(params, x, output_size=...)`` picks the ``output_padding`` that gives that
+    size, as torch's ``forward(x, output_size)``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
-      kernel_size: an int or a tuple of 1 ints.
+      kernel_size: an int (or a 1-tuple).
       stride: an int or a tuple of 1, each >= 1. Default ``1``.
-      padding: an int or tuple of ints >= 0, removed from each side of the output.
-        Default ``0``.
+      padding: ints >= 0 removed from each side of the output. Default ``0``.
       output_padding: extra size on the high side of each output axis, smaller than
         ``max(stride, dilation)`` (as torch). Default ``0``.
       dilation: spacing between kernel taps. Default ``1``.
       groups: independent channel groups. Default ``1``.
       bias: learn an additive ``bias``. Default ``True``.
       padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
-      weight_init: initializer for ``weight``, called with its ``(C_in,
-        out_channels/groups, *k)`` shape. Default ``kaiming_uniform(a=sqrt(5))``, whose
-        ``fan_in = out_channels/groups * prod(kernel_size)`` is torch's.
+      weight_init: initializer for ``weight``. Default ``kaiming_uniform(a=sqrt(5))`` with
+        torch's ``fan_in = out_channels/groups * prod(kernel_size)``.
       bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 
     Shape:
@@ -506,6 +498,11 @@ class ConvTranspose1d(_ConvTransposeNd):
 
     Parameters:
       ``weight``: ``(C_in, out_channels/groups, k)``. ``bias``: ``(out_channels,)``.
+
+    Example:
+      >>> up = ConvTranspose1d(2, 4, stride=2, padding=1)
+      >>> up.apply(up.init(jax.random.key(0), (1, 3, 5)), jnp.ones((1, 3, 5))).shape
+      (1, 2, 10)
     """
 
     _nd: ClassVar[int] = 1
@@ -513,8 +510,11 @@ class ConvTranspose1d(_ConvTransposeNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConvTranspose2d(_ConvTransposeNd):
-    r"""2-d transposed convolution over ``(N, C, H, W)``: the gradient of ``Conv2d`` with respect
-    to its input. Matches ``torch.nn.ConvTranspose2d``.
+    r"""2-d transposed convolution: ``y[n, o, s*i + d*k - p] += weight[c, o, k] * x[n, c, i]``.
+
+    Per spatial axis, over images ``(N, C, H, W)``, with ``s, d, p`` the stride, dilation
+    and padding: the gradient of ``Conv2d`` with respect to its input. Matches
+    ``torch.nn.ConvTranspose2d``.
 
     Computed as the forward convolution of the stride-dilated input with the weight
     regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
@@ -522,19 +522,17 @@ class ConvTranspose2d(_ConvTransposeNd):
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
-      kernel_size: an int or a tuple of 2 ints.
+      kernel_size: an int or a tuple of one int per spatial axis.
       stride: an int or a tuple of 2, each >= 1. Default ``1``.
-      padding: an int or tuple of ints >= 0, removed from each side of the output.
-        Default ``0``.
+      padding: ints >= 0 removed from each side of the output. Default ``0``.
       output_padding: extra size on the high side of each output axis, smaller than
         ``max(stride, dilation)`` (as torch). Default ``0``.
       dilation: spacing between kernel taps. Default ``1``.
       groups: independent channel groups. Default ``1``.
       bias: learn an additive ``bias``. Default ``True``.
       padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
-      weight_init: initializer for ``weight``, called with its ``(C_in,
-        out_channels/groups, *k)`` shape. Default ``kaiming_uniform(a=sqrt(5))``, whose
-        ``fan_in = out_channels/groups * prod(kernel_size)`` is torch's.
+      weight_init: initializer for ``weight``. Default ``kaiming_uniform(a=sqrt(5))`` with
+        torch's ``fan_in = out_channels/groups * prod(kernel_size)``.
       bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 
     Shape:
@@ -559,28 +557,28 @@ class ConvTranspose2d(_ConvTransposeNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConvTranspose3d(_ConvTransposeNd):
-    r"""3-d transposed convolution over ``(N, C, D, H, W)``: the gradient of ``Conv3d`` with respect
-    to its input. Matches ``torch.nn.ConvTranspose3d``.
+    r"""3-d transposed convolution: ``y[n, o, s*i + d*k - p] += weight[c, o, k] * x[n, c, i]``.
 
-    Computed as the forward convolution of the stride-dilated input with the weight
-    regrouped and flipped. ``apply(params, x, output_size=...)`` picks the
-    ``output_padding`` that gives that size, as torch's ``forward(x, output_size)``.
+    Per spatial axis, over volumes ``(N, C, D, H, W)``, with ``s, d, p`` the stride,
+    dilation and padding: the gradient of ``Conv3d`` with respect to its input. Matches
+    ``torch.nn.ConvTranspose3d``.
+
+    ``apply(params, x, output_size=...)`` picks the ``output_padding`` that gives that
+    size, as torch's ``forward(x, output_size)``.
 
     Args:
       out_channels: number of output channels; divisible by ``groups``.
-      kernel_size: an int or a tuple of 3 ints.
+      kernel_size: an int or a tuple of one int per spatial axis.
       stride: an int or a tuple of 3, each >= 1. Default ``1``.
-      padding: an int or tuple of ints >= 0, removed from each side of the output.
-        Default ``0``.
+      padding: ints >= 0 removed from each side of the output. Default ``0``.
       output_padding: extra size on the high side of each output axis, smaller than
         ``max(stride, dilation)`` (as torch). Default ``0``.
       dilation: spacing between kernel taps. Default ``1``.
       groups: independent channel groups. Default ``1``.
       bias: learn an additive ``bias``. Default ``True``.
       padding_mode: ``"zeros"``, the only mode torch's transposed convolutions take.
-      weight_init: initializer for ``weight``, called with its ``(C_in,
-        out_channels/groups, *k)`` shape. Default ``kaiming_uniform(a=sqrt(5))``, whose
-        ``fan_in = out_channels/groups * prod(kernel_size)`` is torch's.
+      weight_init: initializer for ``weight``. Default ``kaiming_uniform(a=sqrt(5))`` with
+        torch's ``fan_in = out_channels/groups * prod(kernel_size)``.
       bias_init: initializer for ``bias``. Default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``.
 
     Shape:
@@ -590,6 +588,11 @@ class ConvTranspose3d(_ConvTransposeNd):
 
     Parameters:
       ``weight``: ``(C_in, out_channels/groups, kd, kh, kw)``. ``bias``: ``(out_channels,)``.
+
+    Example:
+      >>> up = ConvTranspose3d(2, 2, stride=2)
+      >>> jax.tree.map(jnp.shape, up.init(jax.random.key(0), (1, 3, 2, 2, 2)))
+      {'bias': (2,), 'weight': (3, 2, 2, 2, 2)}
     """
 
     _nd: ClassVar[int] = 3

@@ -55,7 +55,7 @@ _pnorm = F.vector_norm  # (embedding's max_norm import)
 
 @dataclasses.dataclass(frozen=True)
 class CosineSimilarity(Layer):
-    r"""Cosine similarity along ``dim``: ``sum((x1 / max(|x1|, eps)) * (x2 / max(|x2|, eps)), dim)``.
+    r"""Cosine similarity along ``dim``: ``sum(x1 / max(|x1|, eps) * x2 / max(|x2|, eps), dim)``.
 
     Matches ``torch.nn.CosineSimilarity(dim, eps)`` (torch 2.x's formula): each input is
     divided by its own 2-norm along ``dim``, clamped below at ``eps``, so the result
@@ -74,6 +74,8 @@ class CosineSimilarity(Layer):
     Shape:
       ``x1``, ``x2`` broadcasting to ``S``; output ``S`` without axis ``dim``. Floating
       point (or one floating and one integer input, as torch).
+
+    Parameters: none.
 
     Example:
       >>> cos = CosineSimilarity()
@@ -134,6 +136,8 @@ class PairwiseDistance(Layer):
     Shape:
       ``x1``, ``x2`` broadcasting to ``(*, D)``; output ``(*)`` (``(*, 1)`` with
       ``keepdim``). Scalar inputs give a scalar. Integer inputs compute in float32.
+
+    Parameters: none.
 
     Example:
       >>> dist = PairwiseDistance(eps=0.0)

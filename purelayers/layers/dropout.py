@@ -73,18 +73,28 @@ def _check_p(layer: str, p: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Dropout(Layer):
-    """Randomly zeroes entries in training. Matches ``torch.nn.Dropout`` in distribution.
+    r"""Zeroes random entries in training: ``y = x * m / (1 - p)``, ``m ~ Bernoulli(1 - p)``.
 
-    In train mode (``train=True``) each entry is kept with probability ``1 - p`` and
-    scaled by ``1 / (1 - p)``, drawn from ``key`` (required: a ``ValueError`` says so
-    when it is missing). In eval mode, or at ``p = 0``, it is the identity; at ``p = 1``
-    the output is ``x * 0``, as torch.
+    The mask is drawn from ``key`` (required in training: a ``ValueError`` says so when it
+    is missing). In eval mode (``train=False``), or at ``p = 0``, it is the identity; at
+    ``p = 1`` the output is ``x * 0``, as torch. Matches ``torch.nn.Dropout`` in
+    distribution.
 
     Args:
       p: probability of zeroing an entry, in ``[0, 1]``. Default ``0.5``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       any; output the same shape and dtype.
+
+    Parameters: none.
+
+    Example:
+      >>> y = Dropout(0.5).apply({}, jnp.ones(8), train=True, key=jax.random.key(0))
+      >>> sorted(set(y.tolist()))   # each entry dropped or doubled
+      [0.0, 2.0]
+      >>> Dropout(0.5).apply({}, jnp.ones(3)).tolist()   # eval mode: the identity
+      [1.0, 1.0, 1.0]
     """
 
     p: float = 0.5
@@ -133,12 +143,25 @@ class _ChannelDropout(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class Dropout1d(_ChannelDropout):
-    """Zeroes whole channels of ``(N, C, L)`` sequences (or of one ``(C, L)``) in training.
+    r"""Drops whole channels in training: ``y = x * m[n, c] / (1 - p)``, ``m ~ Bernoulli(1 - p)``.
 
-    Matches ``torch.nn.Dropout1d(p)`` in distribution; see ``Dropout2d``.
+    One draw from ``key`` (required in training) per channel of each sample of ``(N, C, L)``
+    or one ``(C, L)``; eval mode (``train=False``) or ``p = 0`` is the identity, ``p = 1``
+    gives ``x * 0``. Matches ``torch.nn.Dropout1d(p)`` in distribution.
+
+    Args:
+      p: probability of zeroing a channel, in ``[0, 1]``. Default ``0.5``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       input ``(N, C, L)`` or ``(C, L)``; output the same shape and dtype.
+
+    Parameters: none.
+
+    Example:
+      >>> y = Dropout1d(0.5).apply({}, jnp.ones((2, 3, 4)), train=True, key=jax.random.key(0))
+      >>> bool(jnp.all((y == 0).all(axis=2) | (y == 2).all(axis=2)))
+      True
     """
 
     _ranks: ClassVar[tuple[int, ...]] = (2, 3)
@@ -148,20 +171,22 @@ class Dropout1d(_ChannelDropout):
 
 @dataclasses.dataclass(frozen=True)
 class Dropout2d(_ChannelDropout):
-    """Zeroes whole channels of ``(N, C, H, W)`` images in training.
+    r"""Drops whole channels in training: ``y = x * m[n, c] / (1 - p)``, ``m ~ Bernoulli(1 - p)``.
 
-    In train mode each channel of each sample is kept with probability ``1 - p`` (one
-    draw from ``key`` for all its positions, which is required) and scaled by
-    ``1 / (1 - p)``; in eval mode, or at ``p = 0``, it is the identity; at ``p = 1`` the
-    output is ``x * 0``. Matches ``torch.nn.Dropout2d(p)`` in distribution. A 3-d input
-    is ``(N, C, L)``, as torch 2.13 reads it (with a warning that this will change); other
-    ranks, which torch deprecates, are an error.
+    One draw from ``key`` (required in training) per channel of each sample of ``(N, C, H,
+    W)``; eval mode (``train=False``) or ``p = 0`` is the identity, ``p = 1`` gives ``x *
+    0``. Matches ``torch.nn.Dropout2d(p)`` in distribution. A 3-d input is ``(N, C, L)``, as
+    torch 2.13 reads it (with a warning that this will change); other ranks, which torch
+    deprecates, are an error.
 
     Args:
       p: probability of zeroing a channel, in ``[0, 1]``. Default ``0.5``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       input ``(N, C, H, W)`` or ``(N, C, L)``; output the same shape and dtype.
+
+    Parameters: none.
 
     Example:
       >>> y = Dropout2d(0.5).apply({}, jnp.ones((2, 3, 4, 4)), train=True, key=jax.random.key(0))
@@ -175,12 +200,25 @@ class Dropout2d(_ChannelDropout):
 
 @dataclasses.dataclass(frozen=True)
 class Dropout3d(_ChannelDropout):
-    """Zeroes whole channels of ``(N, C, D, H, W)`` volumes (or of one ``(C, D, H, W)``).
+    r"""Drops whole channels in training: ``y = x * m[n, c] / (1 - p)``, ``m ~ Bernoulli(1 - p)``.
 
-    Matches ``torch.nn.Dropout3d(p)`` in distribution; see ``Dropout2d``.
+    One draw from ``key`` (required in training) per channel of each sample of ``(N, C, D,
+    H, W)`` or one ``(C, D, H, W)``; eval mode (``train=False``) or ``p = 0`` is the
+    identity, ``p = 1`` gives ``x * 0``. Matches ``torch.nn.Dropout3d(p)`` in distribution.
+
+    Args:
+      p: probability of zeroing a channel, in ``[0, 1]``. Default ``0.5``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       input ``(N, C, D, H, W)`` or ``(C, D, H, W)``; output the same shape and dtype.
+
+    Parameters: none.
+
+    Example:
+      >>> x = jnp.ones((2, 3, 2, 2, 2))
+      >>> Dropout3d(0.2).apply({}, x, train=True, key=jax.random.key(0)).shape
+      (2, 3, 2, 2, 2)
     """
 
     _ranks: ClassVar[tuple[int, ...]] = (4, 5)
@@ -190,27 +228,28 @@ class Dropout3d(_ChannelDropout):
 
 @dataclasses.dataclass(frozen=True)
 class AlphaDropout(Layer):
-    r"""Dropout that keeps a SELU network's inputs at zero mean and unit variance.
+    r"""SELU's dropout: ``y = a * (x + alpha' * p)`` if kept, else ``a * alpha' * (p - 1)``.
 
     In train mode each entry is dropped with probability ``p`` (drawn from ``key``,
-    required) to SELU's saturation value, and the result is transformed affinely::
-
-        y = a * x + a * alpha' * p          where kept
-        y = a * alpha' * (p - 1)            where dropped
-
-    with ``alpha' = 1.7580993408473766`` (SELU's ``scale * alpha``) and
-    ``a = 1 / sqrt((alpha'^2 p + 1)(1 - p))``, so zero-mean unit-variance inputs keep
-    both moments. Eval mode or ``p = 0``: the identity; ``p = 1``: ``x * 0``, as torch.
-    Matches ``torch.nn.AlphaDropout(p)`` in distribution.
-
-    Worked example: ``p = 0.5`` gives ``a = 0.8864``; an input of zeros becomes
-    ``+0.7792`` where kept and ``-0.7792`` where dropped.
+    required) to SELU's saturation value, then transformed affinely with ``alpha' =
+    1.7580993408473766`` (SELU's ``scale * alpha``) and ``a = 1 / sqrt((alpha'^2 p + 1)(1 -
+    p))``, so zero-mean unit-variance inputs keep both moments. Eval mode or ``p = 0``: the
+    identity; ``p = 1``: ``x * 0``, as torch. Matches ``torch.nn.AlphaDropout(p)`` in
+    distribution.
 
     Args:
       p: probability of dropping an entry, in ``[0, 1]``. Default ``0.5``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       any; output the same shape and dtype.
+
+    Parameters: none.
+
+    Example:
+      >>> y = AlphaDropout(0.5).apply({}, jnp.zeros(64), train=True, key=jax.random.key(0))
+      >>> sorted(set(np.asarray(y, np.float64).round(4).tolist()))  # a = 0.8864
+      [-0.7792, 0.7792]
     """
 
     _feature: ClassVar[bool] = False
@@ -240,17 +279,27 @@ class AlphaDropout(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class FeatureAlphaDropout(AlphaDropout):
-    """Alpha dropout of whole channels: ``AlphaDropout``'s formula, one draw per channel
-    of each sample of ``(N, C, *)``.
+    r"""Channel alpha dropout: ``y = a * (x + alpha' * p)`` if kept, else ``a * alpha' * (p - 1)``.
 
-    Matches ``torch.nn.FeatureAlphaDropout(p)`` in distribution.
+    ``alpha'`` and ``a`` as in ``AlphaDropout``, with one draw from ``key`` (required in
+    training) per channel of each sample of ``(N, C, *)``. Eval mode or ``p = 0``: the
+    identity. Matches ``torch.nn.FeatureAlphaDropout(p)`` in distribution.
 
     Args:
       p: probability of dropping a channel, in ``[0, 1]``. Default ``0.5``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       input ``(N, C, *)`` (train mode needs the two axes); output the same shape and
       dtype.
+
+    Parameters: none.
+
+    Example:
+      >>> x = jnp.zeros((2, 3, 4))
+      >>> y = FeatureAlphaDropout(0.5).apply({}, x, train=True, key=jax.random.key(0))
+      >>> bool(jnp.all(y == y[:, :, :1]))   # one value per channel
+      True
     """
 
     _feature: ClassVar[bool] = True

@@ -88,8 +88,11 @@ def _batched(
 
 @dataclasses.dataclass(frozen=True)
 class Unfold(_Blocks):
-    r"""Extracts sliding blocks as columns (im2col). Matches ``torch.nn.Unfold(kernel_size,
-    dilation, padding, stride)``.
+    r"""Extracts sliding blocks as columns (im2col): ``y[n, c * K + t, l] = x[n, c, pos_l[t]]``.
+
+    Block ``l``'s tap ``t`` (row-major in the ``(kh, kw)`` window, ``K = kh * kw``) reads
+    ``pos_l[t]`` in the zero-padded image. Matches ``torch.nn.Unfold(kernel_size, dilation,
+    padding, stride)``.
 
     Args:
       kernel_size: the block size, an int or ``(kh, kw)``.
@@ -100,6 +103,8 @@ class Unfold(_Blocks):
     Shape:
       input ``(N, C, H, W)`` or ``(C, H, W)``; output ``(N, C * kh * kw, L)`` (or
       ``(C * kh * kw, L)``), ``L`` the number of blocks.
+
+    Parameters: none.
 
     Example:
       >>> Unfold(2).apply({}, jnp.arange(6.0).reshape(1, 2, 3)).tolist()
@@ -121,9 +126,12 @@ class Unfold(_Blocks):
 
 @dataclasses.dataclass(frozen=True, init=False)
 class Fold(_Blocks):
-    r"""Sums columns of sliding blocks back into an image (col2im), the transpose of
-    ``Unfold``: overlapping entries add up. Matches ``torch.nn.Fold(output_size,
-    kernel_size, dilation, padding, stride)``.
+    r"""Sums block columns into an image (col2im): ``y[n, c, pos_l[t]] += x[n, c * K + t, l]``.
+
+    Block ``l``'s tap ``t`` (row-major in the ``(kh, kw)`` window, ``K = kh * kw``) lands at
+    ``pos_l[t]`` in the padded image; overlapping entries add up, the transpose of
+    ``Unfold``. Matches ``torch.nn.Fold(output_size, kernel_size, dilation, padding,
+    stride)``.
 
     Args:
       output_size: the image size ``(H, W)``, or an int for both.
@@ -135,6 +143,8 @@ class Fold(_Blocks):
     Shape:
       input ``(N, C * kh * kw, L)`` or ``(C * kh * kw, L)``, ``L`` the number of blocks
       that fit ``output_size``; output ``(N, C, H, W)`` (or ``(C, H, W)``).
+
+    Parameters: none.
 
     Example:
       >>> Fold((1, 3), (1, 2)).apply({}, jnp.ones((2, 2))).tolist()

@@ -21,22 +21,6 @@ the same output. ``random_samples=`` gives them instead (torch's ``_random_sampl
 at least ``N`` rows: as torch, the first ``N`` are used, also for an unbatched input);
 in 2-d, ``[..., 0]`` is the width's and ``[..., 1]`` the height's sample, as torch; in
 3-d, ``[..., 0]``, ``[..., 1]``, ``[..., 2]`` are depth, height, width.
-
-Args:
-  kernel_size: window size, an int or one int per spatial axis.
-  output_size: the output's spatial size, an int or one per axis; or
-  output_ratio: the output's size as a fraction in ``(0, 1)`` of the input's, one or
-    one per axis (``int(L * ratio)``). Exactly one of the two is given.
-  return_indices: also return the flat per-channel indices of the selected elements,
-    ``(y, indices)``, as ``MaxPoolNd``'s (``int64`` in JAX's 64-bit mode, else
-    ``int32``). Default ``False``.
-
-Shape:
-  input ``(N, C, *L)`` or unbatched ``(C, *L)``, floating point; output ``(N, C,
-  *out)``, with ``out + k - 1 <= L`` per axis.
-
-Parameters:
-  none.
 """
 
 from __future__ import annotations
@@ -180,11 +164,25 @@ class _FractionalMaxPoolNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class FractionalMaxPool2d(_FractionalMaxPoolNd):
-    """Fractional max pooling of images ``(N, C, H, W)``. Matches
-    ``torch.nn.FractionalMaxPool2d``.
+    r"""Fractional max pooling of images: ``y[i] = max(x[start[i] : start[i] + k])`` per axis.
 
-    Windows, samples and arguments: see the module docstring
-    (``purelayers.layers.fractional``).
+    Matches ``torch.nn.FractionalMaxPool2d``; the window starts come from one uniform draw
+    per sample, channel and axis (``apply(..., key=)`` or ``random_samples=``; see
+    the module docstring).
+
+    Args:
+      kernel_size: window size ``k``, an int or a pair ``(kH, kW)``.
+      output_size: the output's spatial size, an int or one per axis. Default ``None``.
+      output_ratio: the output's size as a fraction in ``(0, 1)`` of the input's, one or one
+        per axis (``int(L * ratio)``). Default ``None``; give exactly one of the two.
+      return_indices: also return ``(y, indices)``, each selected element's flat position
+        in its channel, ``MaxUnpool2d``'s input. Default ``False``.
+
+    Shape:
+      input ``(N, C, H, W)`` or without ``N``, floating point; output ``(N, C, *out)``, with
+      ``out + k - 1 <= L`` per axis.
+
+    Parameters: none.
 
     Example:
       >>> pool = FractionalMaxPool2d(2, output_size=3)
@@ -198,11 +196,30 @@ class FractionalMaxPool2d(_FractionalMaxPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class FractionalMaxPool3d(_FractionalMaxPoolNd):
-    """Fractional max pooling of volumes ``(N, C, D, H, W)``. Matches
-    ``torch.nn.FractionalMaxPool3d``.
+    r"""Fractional max pooling of volumes: ``y[i] = max(x[start[i] : start[i] + k])`` per axis.
 
-    Windows, samples and arguments: see the module docstring
-    (``purelayers.layers.fractional``).
+    Matches ``torch.nn.FractionalMaxPool3d``; the window starts come from one uniform draw
+    per sample, channel and axis (``apply(..., key=)`` or ``random_samples=``; see
+    the module docstring).
+
+    Args:
+      kernel_size: window size ``k``, an int or a triple ``(kD, kH, kW)``.
+      output_size: the output's spatial size, an int or one per axis. Default ``None``.
+      output_ratio: the output's size as a fraction in ``(0, 1)`` of the input's, one or one
+        per axis (``int(L * ratio)``). Default ``None``; give exactly one of the two.
+      return_indices: also return ``(y, indices)``, each selected element's flat position
+        in its channel, ``MaxUnpool3d``'s input. Default ``False``.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or without ``N``, floating point; output ``(N, C, *out)``, with
+      ``out + k - 1 <= L`` per axis.
+
+    Parameters: none.
+
+    Example:
+      >>> pool = FractionalMaxPool3d(2, output_ratio=0.5)
+      >>> pool.apply({}, jnp.ones((1, 2, 4, 6, 8)), key=jax.random.key(0)).shape
+      (1, 2, 2, 3, 4)
     """
 
     _nd: ClassVar[int] = 3

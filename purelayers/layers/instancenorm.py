@@ -154,14 +154,32 @@ class _InstanceNorm(_RunningStatsNorm):
 
 @dataclasses.dataclass(frozen=True)
 class InstanceNorm1d(_InstanceNorm):
-    """Instance normalization of ``(N, C, L)`` sequences (or one ``(C, L)``), over ``L``.
+    r"""Instance normalization: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    Matches ``torch.nn.InstanceNorm1d(C)``; the formula, the state tree and the
-    arguments are those of ``InstanceNorm2d``. A 2-d input is one unbatched sample
-    ``(C, L)``, as in torch.
+    ``mean`` and ``var`` of each sample's channel over ``L`` (the running averages in
+    evaluation with ``track_running_stats``, updated as ``InstanceNorm2d`` describes).
+    Matches ``torch.nn.InstanceNorm1d(C)``; a 2-d input is one unbatched ``(C, L)``.
+
+    Args:
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      momentum: weight of the new batch in the running averages, in ``[0, 1]``, or None
+        (no update). Default ``0.1``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``False``.
+      track_running_stats: keep running statistics (state) for evaluation. Default
+        ``False``: no state, instance statistics in both modes.
+      bias: learn ``bias`` too (with ``affine``). Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
 
     Shape:
       input ``(N, C, L)`` or ``(C, L)``; output the same shape and dtype.
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros (with ``affine``).
+
+    Buffers:
+      ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones.
+      ``num_batches_tracked``: int32 scalar, 0 (with ``track_running_stats``).
 
     Example:
       >>> norm = InstanceNorm1d()
@@ -176,10 +194,10 @@ class InstanceNorm1d(_InstanceNorm):
 
 @dataclasses.dataclass(frozen=True)
 class InstanceNorm2d(_InstanceNorm):
-    r"""Instance normalization of ``(N, C, H, W)`` images: each sample's channel on its own.
+    r"""Instance normalization: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with ``mean`` and ``var`` (the
-    population variance) of each sample's channel over ``H, W`` when ``train=True`` or
+    ``mean`` and ``var`` (the population variance) of each sample's channel over ``H, W``
+    (each channel on its own) when ``train=True`` or
     ``track_running_stats=False``, and the running averages otherwise. Matches
     ``torch.nn.InstanceNorm2d(x.shape[1])`` in the same mode. A 3-d input is one
     unbatched sample ``(C, H, W)``, as in torch.
@@ -215,7 +233,7 @@ class InstanceNorm2d(_InstanceNorm):
     Parameters:
       ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros (with ``affine``).
 
-    State:
+    Buffers:
       ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones.
       ``num_batches_tracked``: int32 scalar, 0 (with ``track_running_stats``).
 
@@ -234,13 +252,38 @@ class InstanceNorm2d(_InstanceNorm):
 
 @dataclasses.dataclass(frozen=True)
 class InstanceNorm3d(_InstanceNorm):
-    """Instance normalization of ``(N, C, D, H, W)`` volumes (or one ``(C, D, H, W)``).
+    r"""Instance normalization: ``y = (x - mean) / sqrt(var + eps) * weight + bias``.
 
-    Matches ``torch.nn.InstanceNorm3d(C)``; the formula, the state tree and the
-    arguments are those of ``InstanceNorm2d``.
+    ``mean`` and ``var`` of each sample's channel over ``D, H, W`` (the running averages in
+    evaluation with ``track_running_stats``, updated as ``InstanceNorm2d`` describes).
+    Matches ``torch.nn.InstanceNorm3d(C)``; a 4-d input is one unbatched ``(C, D, H, W)``.
+
+    Args:
+      eps: added to the variance inside the square root; must be > 0. Default ``1e-5``.
+      momentum: weight of the new batch in the running averages, in ``[0, 1]``, or None
+        (no update). Default ``0.1``.
+      affine: learn per-channel ``weight`` and ``bias``. Default ``False``.
+      track_running_stats: keep running statistics (state) for evaluation. Default
+        ``False``: no state, instance statistics in both modes.
+      bias: learn ``bias`` too (with ``affine``). Default ``True``.
+      weight_init: initializer for ``weight``. Default ones.
+      bias_init: initializer for ``bias``. Default zeros.
 
     Shape:
       input ``(N, C, D, H, W)`` or ``(C, D, H, W)``; output the same shape and dtype.
+
+    Parameters:
+      ``weight``: ``(C,)``, ones. ``bias``: ``(C,)``, zeros (with ``affine``).
+
+    Buffers:
+      ``running_mean``: ``(C,)``, zeros. ``running_var``: ``(C,)``, ones.
+      ``num_batches_tracked``: int32 scalar, 0 (with ``track_running_stats``).
+
+    Example:
+      >>> norm = InstanceNorm3d(affine=True)
+      >>> x = jnp.ones((2, 3, 2, 2, 2))
+      >>> jax.tree.map(jnp.shape, norm.init(jax.random.key(0), x.shape))
+      {'bias': (3,), 'weight': (3,)}
     """
 
     _spatial: ClassVar[int] = 3

@@ -12,22 +12,8 @@ it holds, then is scaled by the full ``K``, as torch. Negative ``x`` with a non-
 ``p``, or a negative power sum with an even root, give NaN, as torch. At a window of
 zeros the gradient is ``0`` (torch's ``relu`` passes none at 0); in a window whose power
 sum is NaN (a negative element with a non-integer ``p``) it is NaN for every element, as
-torch's (its ``relu`` passes a NaN on).
-
-Args:
-  norm_type: the power ``p``, a nonzero finite number.
-  kernel_size: window size, an int or one int per spatial axis.
-  stride: window step; ``None`` (the default) means ``kernel_size``.
-  ceil_mode: round the output size up instead of down (see ``AvgPoolNd``). Default
-    ``False``.
-
-Shape:
-  input ``(N, C, *L)`` or unbatched ``(C, *L)``, floating point (torch averages integer
-  inputs with integer division; cast first); output ``(N, C, *L_out)``, ``L_out`` as
-  ``AvgPoolNd``'s with no padding.
-
-Parameters:
-  none.
+torch's (its ``relu`` passes a NaN on). Inputs are floating point (torch averages
+integer inputs with integer division; cast first).
 """
 
 from __future__ import annotations
@@ -94,9 +80,22 @@ class _LPPoolNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class LPPool1d(_LPPoolNd):
-    """Power-average pooling of sequences ``(N, C, L)``. Matches ``torch.nn.LPPool1d``.
+    r"""Power-average pooling of sequences: ``y = (sum over each window of x ** p) ** (1 / p)``.
 
-    Formula and arguments: see the module docstring (``purelayers.layers.lppool``).
+    Matches ``torch.nn.LPPool1d``; ``ceil_mode``'s partial windows and NaN rules are in
+    the module docstring.
+
+    Args:
+      norm_type: the power ``p``, a nonzero finite number.
+      kernel_size: window size, an int.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      ceil_mode: round the output size up instead of down. Default ``False``.
+
+    Shape:
+      input ``(N, C, L)`` or without ``N``; output ``(N, C, L_out)``, per axis
+      ``out = floor((L - kernel_size) / stride) + 1``.
+
+    Parameters: none.
 
     Example:
       >>> LPPool1d(2, 2).apply({}, jnp.array([[[3.0, 4.0, 1.0, 0.0]]])).tolist()
@@ -108,9 +107,26 @@ class LPPool1d(_LPPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class LPPool2d(_LPPoolNd):
-    """Power-average pooling of images ``(N, C, H, W)``. Matches ``torch.nn.LPPool2d``.
+    r"""Power-average pooling of images: ``y = (sum over each window of x ** p) ** (1 / p)``.
 
-    Formula and arguments: see the module docstring (``purelayers.layers.lppool``).
+    Matches ``torch.nn.LPPool2d``; ``ceil_mode``'s partial windows and NaN rules are in
+    the module docstring.
+
+    Args:
+      norm_type: the power ``p``, a nonzero finite number.
+      kernel_size: window size, an int or a pair ``(kH, kW)``.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      ceil_mode: round the output size up instead of down. Default ``False``.
+
+    Shape:
+      input ``(N, C, H, W)`` or without ``N``; output ``(N, C, H_out, W_out)``, per axis
+      ``out = floor((L - kernel_size) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> LPPool2d(1, 2).apply({}, jnp.ones((1, 4, 4))).tolist()  # p = 1: window sums
+      [[[4.0, 4.0], [4.0, 4.0]]]
     """
 
     _nd: ClassVar[int] = 2
@@ -118,10 +134,26 @@ class LPPool2d(_LPPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class LPPool3d(_LPPoolNd):
-    """Power-average pooling of volumes ``(N, C, D, H, W)``. Matches
-    ``torch.nn.LPPool3d``.
+    r"""Power-average pooling of volumes: ``y = (sum over each window of x ** p) ** (1 / p)``.
 
-    Formula and arguments: see the module docstring (``purelayers.layers.lppool``).
+    Matches ``torch.nn.LPPool3d``; ``ceil_mode``'s partial windows and NaN rules are in
+    the module docstring.
+
+    Args:
+      norm_type: the power ``p``, a nonzero finite number.
+      kernel_size: window size, an int or a triple ``(kD, kH, kW)``.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      ceil_mode: round the output size up instead of down. Default ``False``.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or without ``N``; output ``(N, C, D_out, H_out, W_out)``, per axis
+      ``out = floor((L - kernel_size) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> LPPool3d(2, (1, 2, 2)).apply({}, jnp.ones((2, 3, 2, 4, 4))).shape
+      (2, 3, 2, 2, 2)
     """
 
     _nd: ClassVar[int] = 3

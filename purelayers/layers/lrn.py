@@ -63,12 +63,11 @@ class _LRN(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class LocalResponseNorm(_LRN):
-    r"""Divides each entry by a power of the mean square of its neighbouring channels.
+    r"""Normalizes across channels: ``y[n, c] = x[n, c] / (k + alpha / size * s[n, c]) ** beta``.
 
-    ``y[n, c] = x[n, c] / (k + alpha / size * sum(x[n, c'] ** 2)) ** beta`` with ``c'``
-    over ``c - size // 2 .. c + (size - 1) // 2`` (channels outside count as zeros, and
-    the sum is always divided by ``size``). Matches ``torch.nn.LocalResponseNorm(size,
-    alpha, beta, k)``.
+    ``s[n, c] = sum(x[n, c'] ** 2)`` with ``c'`` over ``c - size // 2 .. c + (size - 1) //
+    2`` (channels outside count as zeros, and the sum is always divided by ``size``).
+    Matches ``torch.nn.LocalResponseNorm(size, alpha, beta, k)``.
 
     Worked example: ``size=2, alpha=1, beta=1, k=1`` on channels ``[1, 2, 3]`` (one
     position): the windows are ``[c-1, c]``, with squares summing to ``1, 5, 13``, so
@@ -83,6 +82,8 @@ class LocalResponseNorm(_LRN):
     Shape:
       input ``(N, C, *)`` with at least one axis after ``C``; output the same shape and
       dtype.
+
+    Parameters: none.
 
     Example:
       >>> lrn = LocalResponseNorm(2, alpha=1.0, beta=1.0)
@@ -103,15 +104,14 @@ class LocalResponseNorm(_LRN):
 
 @dataclasses.dataclass(frozen=True)
 class CrossMapLRN2d(_LRN):
-    r"""torch's legacy cross-channel normalization of ``(N, C, H, W)`` images.
+    r"""torch's legacy cross-channel normalization: ``y = x * (k + alpha / size * s) ** -beta``.
 
-    ``y = x * (k + alpha / size * s) ** -beta`` where ``s[n, c]`` sums ``x[n, c'] ** 2``
-    over the channels torch's ``CrossMapLRN2d`` sums, reproduced exactly: with
-    ``p = int((size - 1) / 2 + 1)``, the window ``c - p + 1 .. c + p - 1`` (inside the
-    channels) and, for every ``c >= p``, channel 0 too (torch's running sum never takes
-    it back out). Matches ``torch.nn.CrossMapLRN2d(size, alpha, beta, k)``'s output.
-    Gradients are the derivatives of that output; torch's hand-written backward assumes
-    a plain window, which differs from them once ``C > size // 2``.
+    ``s[n, c]`` sums ``x[n, c'] ** 2`` over the channels torch's ``CrossMapLRN2d`` sums,
+    reproduced exactly: with ``p = int((size - 1) / 2 + 1)``, the window ``c - p + 1 .. c +
+    p - 1`` (inside the channels) and, for every ``c >= p``, channel 0 too (torch's running
+    sum never takes it back out). Matches ``torch.nn.CrossMapLRN2d(size, alpha, beta, k)``'s
+    output. Gradients are the derivatives of that output; torch's hand-written backward
+    assumes a plain window, which differs from them once ``C > size // 2``.
 
     Worked example: ``size=3`` (``p = 2``) over channels ``[1, 1, 1, 1]`` sums ``2, 3,
     4, 3`` squares: channel 2's window is ``1 .. 3`` plus channel 0, channel 3's is
@@ -125,6 +125,8 @@ class CrossMapLRN2d(_LRN):
 
     Shape:
       input ``(N, C, H, W)``; output the same shape and dtype.
+
+    Parameters: none.
 
     Example:
       >>> lrn = CrossMapLRN2d(3, alpha=3.0, beta=1.0, k=0.0)

@@ -190,6 +190,12 @@ class RMSNorm(Layer):
 
     Parameters:
       ``weight``: ``normalized_shape``, ones.
+
+    Example:
+      >>> rms = RMSNorm(eps=1e-5)
+      >>> params = rms.init(jax.random.key(0), (3,))
+      >>> np.asarray(rms.apply(params, jnp.array([3.0, 4.0, 5.0])), np.float64).round(4).tolist()
+      [0.7348, 0.9798, 1.2247]
     """
 
     _: dataclasses.KW_ONLY

@@ -186,13 +186,17 @@ _NUMERIC = ("floating", "integer")
 
 @dataclasses.dataclass(frozen=True)
 class ZeroPad1d(_PadNd):
-    """Pads the last axis with zeros. Matches ``torch.nn.ZeroPad1d(padding)``.
+    r"""Pads the last axis with zeros: ``y[..., left + i] = x[..., i]``, ``0`` elsewhere.
+
+    Matches ``torch.nn.ZeroPad1d(padding)``.
 
     Args:
       padding: an int, or ``(left, right)``; negative entries crop.
 
     Shape:
       input ``(..., W)`` (at least one axis); output ``(..., W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ZeroPad1d((1, 2)).apply({}, jnp.ones((1, 2))).tolist()
@@ -205,13 +209,17 @@ class ZeroPad1d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ZeroPad2d(_PadNd):
-    """Pads the last two axes with zeros. Matches ``torch.nn.ZeroPad2d(padding)``.
+    r"""Pads the last two axes with zeros: ``y[..., left + i] = x[..., i]``, ``0`` elsewhere.
+
+    Matches ``torch.nn.ZeroPad2d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom)``; negative entries crop.
 
     Shape:
       input ``(..., H, W)``; output ``(..., H + top + bottom, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ZeroPad2d((1, 0, 0, 1)).apply({}, jnp.ones((1, 1))).tolist()
@@ -224,7 +232,9 @@ class ZeroPad2d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ZeroPad3d(_PadNd):
-    """Pads the last three axes with zeros. Matches ``torch.nn.ZeroPad3d(padding)``.
+    r"""Pads the last three axes with zeros: ``y[..., left + i] = x[..., i]``, ``0`` elsewhere.
+
+    Matches ``torch.nn.ZeroPad3d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom, front, back)``; negative entries
@@ -233,6 +243,8 @@ class ZeroPad3d(_PadNd):
     Shape:
       input ``(..., D, H, W)``; output ``(..., D + front + back, H + top + bottom,
       W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ZeroPad3d(1).apply({}, jnp.ones((2, 1, 1, 1))).shape
@@ -245,7 +257,9 @@ class ZeroPad3d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConstantPad1d(_ConstantPadNd):
-    """Pads the last axis with ``value``. Matches ``torch.nn.ConstantPad1d(padding, value)``.
+    r"""Pads the last axis with ``value``: ``y[..., left + i] = x[..., i]``, else ``value``.
+
+    Matches ``torch.nn.ConstantPad1d(padding, value)``.
 
     Args:
       padding: an int, or ``(left, right)``; negative entries crop.
@@ -254,6 +268,8 @@ class ConstantPad1d(_ConstantPadNd):
 
     Shape:
       input ``(..., W)``; output ``(..., W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ConstantPad1d((-1, 1), 7.0).apply({}, jnp.array([1.0, 2.0])).tolist()
@@ -266,8 +282,9 @@ class ConstantPad1d(_ConstantPadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConstantPad2d(_ConstantPadNd):
-    """Pads the last two axes with ``value``. Matches ``torch.nn.ConstantPad2d(padding,
-    value)``.
+    r"""Pads the last two axes with ``value``: ``y[..., left + i] = x[..., i]``, else ``value``.
+
+    Matches ``torch.nn.ConstantPad2d(padding, value)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom)``; negative entries crop.
@@ -275,6 +292,8 @@ class ConstantPad2d(_ConstantPadNd):
 
     Shape:
       input ``(..., H, W)``; output ``(..., H + top + bottom, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ConstantPad2d((0, 1, 0, 0), 3.0).apply({}, jnp.ones((1, 1))).tolist()
@@ -287,8 +306,9 @@ class ConstantPad2d(_ConstantPadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ConstantPad3d(_ConstantPadNd):
-    """Pads the last three axes with ``value``. Matches ``torch.nn.ConstantPad3d(padding,
-    value)``.
+    r"""Pads the last three axes with ``value``: ``y[..., left + i] = x[..., i]``, else ``value``.
+
+    Matches ``torch.nn.ConstantPad3d(padding, value)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom, front, back)``; negative entries
@@ -298,6 +318,8 @@ class ConstantPad3d(_ConstantPadNd):
     Shape:
       input ``(..., D, H, W)``; output ``(..., D + front + back, H + top + bottom,
       W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ConstantPad3d((1, 0, 0, 0, 0, 0), -1.0).apply({}, jnp.ones((1, 1, 1))).tolist()
@@ -310,8 +332,9 @@ class ConstantPad3d(_ConstantPadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ReflectionPad1d(_PadNd):
-    """Pads the last axis with its reflection about each edge. Matches
-    ``torch.nn.ReflectionPad1d(padding)``.
+    r"""Pads the last axis by reflection: ``x[-i] = x[i]``, ``x[n - 1 + i] = x[n - 1 - i]``.
+
+    Matches ``torch.nn.ReflectionPad1d(padding)``.
 
     ``[a, b, c]`` padded by ``(2, 1)`` is ``[c, b, a, b, c, b]``.
 
@@ -321,6 +344,8 @@ class ReflectionPad1d(_PadNd):
 
     Shape:
       input ``(N, C, W)`` or ``(C, W)``; output ``(N, C, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ReflectionPad1d((2, 1)).apply({}, jnp.array([[1.0, 2.0, 3.0]])).tolist()
@@ -334,8 +359,9 @@ class ReflectionPad1d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ReflectionPad2d(_PadNd):
-    """Pads the last two axes with their reflections. Matches
-    ``torch.nn.ReflectionPad2d(padding)``.
+    r"""Pads the last two axes by reflection: ``x[-i] = x[i]``, ``x[n - 1 + i] = x[n - 1 - i]``.
+
+    Matches ``torch.nn.ReflectionPad2d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom)``; each side below its axis's
@@ -344,6 +370,8 @@ class ReflectionPad2d(_PadNd):
     Shape:
       input ``(N, C, H, W)`` or ``(C, H, W)``; output ``(N, C, H + top + bottom,
       W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ReflectionPad2d((1, 0, 0, 0)).apply({}, jnp.array([[[1.0, 2.0]]])).tolist()
@@ -357,8 +385,9 @@ class ReflectionPad2d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ReflectionPad3d(_PadNd):
-    """Pads the last three axes with their reflections. Matches
-    ``torch.nn.ReflectionPad3d(padding)``.
+    r"""Pads the last three axes by reflection: ``x[-i] = x[i]``, ``x[n - 1 + i] = x[n - 1 - i]``.
+
+    Matches ``torch.nn.ReflectionPad3d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom, front, back)``; each side below
@@ -367,6 +396,8 @@ class ReflectionPad3d(_PadNd):
     Shape:
       input ``(N, C, D, H, W)`` or ``(C, D, H, W)``; output ``(N, C, D + front + back,
       H + top + bottom, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ReflectionPad3d(1).apply({}, jnp.ones((1, 2, 2, 2))).shape
@@ -380,14 +411,17 @@ class ReflectionPad3d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ReplicationPad1d(_PadNd):
-    """Pads the last axis by repeating its edge entries. Matches
-    ``torch.nn.ReplicationPad1d(padding)``.
+    r"""Pads the last axis by replication: ``x[-i] = x[0]``, ``x[n - 1 + i] = x[n - 1]``.
+
+    Matches ``torch.nn.ReplicationPad1d(padding)``.
 
     Args:
       padding: an int, or ``(left, right)``; negative entries crop.
 
     Shape:
       input ``(N, C, W)`` or ``(C, W)``; output ``(N, C, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ReplicationPad1d((1, 2)).apply({}, jnp.array([[1.0, 2.0]])).tolist()
@@ -401,8 +435,9 @@ class ReplicationPad1d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ReplicationPad2d(_PadNd):
-    """Pads the last two axes by repeating their edges. Matches
-    ``torch.nn.ReplicationPad2d(padding)``.
+    r"""Pads the last two axes by replication: ``x[-i] = x[0]``, ``x[n - 1 + i] = x[n - 1]``.
+
+    Matches ``torch.nn.ReplicationPad2d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom)``; negative entries crop.
@@ -410,6 +445,8 @@ class ReplicationPad2d(_PadNd):
     Shape:
       input ``(N, C, H, W)`` or ``(C, H, W)``; output ``(N, C, H + top + bottom,
       W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ReplicationPad2d((0, 0, 1, 0)).apply({}, jnp.array([[[1.0, 2.0]]])).tolist()
@@ -423,8 +460,9 @@ class ReplicationPad2d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class ReplicationPad3d(_PadNd):
-    """Pads the last three axes by repeating their edges. Matches
-    ``torch.nn.ReplicationPad3d(padding)``.
+    r"""Pads the last three axes by replication: ``x[-i] = x[0]``, ``x[n - 1 + i] = x[n - 1]``.
+
+    Matches ``torch.nn.ReplicationPad3d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom, front, back)``; negative entries
@@ -433,6 +471,8 @@ class ReplicationPad3d(_PadNd):
     Shape:
       input ``(N, C, D, H, W)`` or ``(C, D, H, W)``; output ``(N, C, D + front + back,
       H + top + bottom, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> ReplicationPad3d(2).apply({}, jnp.ones((1, 1, 1, 1))).shape
@@ -446,8 +486,9 @@ class ReplicationPad3d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class CircularPad1d(_PadNd):
-    """Pads the last axis with the entries of its other end. Matches
-    ``torch.nn.CircularPad1d(padding)``.
+    r"""Pads the last axis circularly: ``x[-i] = x[n - i]``, ``x[n - 1 + i] = x[i - 1]``.
+
+    Matches ``torch.nn.CircularPad1d(padding)``.
 
     ``[a, b, c]`` padded by ``(2, 1)`` is ``[b, c, a, b, c, a]``.
 
@@ -457,6 +498,8 @@ class CircularPad1d(_PadNd):
 
     Shape:
       input ``(N, C, W)`` or ``(C, W)``; output ``(N, C, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> CircularPad1d((2, 1)).apply({}, jnp.array([[1.0, 2.0, 3.0]])).tolist()
@@ -470,7 +513,9 @@ class CircularPad1d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class CircularPad2d(_PadNd):
-    """Pads the last two axes periodically. Matches ``torch.nn.CircularPad2d(padding)``.
+    r"""Pads the last two axes circularly: ``x[-i] = x[n - i]``, ``x[n - 1 + i] = x[i - 1]``.
+
+    Matches ``torch.nn.CircularPad2d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom)``; each side at most its
@@ -479,6 +524,8 @@ class CircularPad2d(_PadNd):
     Shape:
       input ``(N, C, H, W)`` or ``(C, H, W)``; output ``(N, C, H + top + bottom,
       W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> CircularPad2d((0, 1, 1, 0)).apply({}, jnp.array([[[1.0, 2.0]]])).tolist()
@@ -492,7 +539,9 @@ class CircularPad2d(_PadNd):
 
 @dataclasses.dataclass(frozen=True)
 class CircularPad3d(_PadNd):
-    """Pads the last three axes periodically. Matches ``torch.nn.CircularPad3d(padding)``.
+    r"""Pads the last three axes circularly: ``x[-i] = x[n - i]``, ``x[n - 1 + i] = x[i - 1]``.
+
+    Matches ``torch.nn.CircularPad3d(padding)``.
 
     Args:
       padding: an int, or ``(left, right, top, bottom, front, back)``; each side at most
@@ -501,6 +550,8 @@ class CircularPad3d(_PadNd):
     Shape:
       input ``(N, C, D, H, W)`` or ``(C, D, H, W)``; output ``(N, C, D + front + back,
       H + top + bottom, W + left + right)``.
+
+    Parameters: none.
 
     Example:
       >>> CircularPad3d(1).apply({}, jnp.ones((1, 1, 1, 1))).shape

@@ -1,55 +1,12 @@
 r"""Pooling over the spatial axes of channels-first inputs: ``MaxPool1d/2d/3d``,
 ``AvgPool1d/2d/3d``, ``AdaptiveAvgPool1d/2d/3d`` and ``AdaptiveMaxPool1d/2d/3d``.
 
-Fixed-window pools whose windows tile the input (``stride == kernel_size``, no
-dilation, the common ``MaxPool2d(2)``) run as a reshape and, for the max, one variadic
-reduction over the stacked window taps that also yields each window's winning tap (its
-derivative reads the winners, not the input), or a sum over the window axes; other max
-pools as a running max over one strided slice per
-window tap (JAX's ``reduce_window`` max sends the gradient of a NaN window elsewhere than
-torch), other average pools on ``lax.reduce_window``. The math is ``purelayers.functional.pooling``. The variants only fix the number of spatial axes. None has parameters. Input ``(N, C, *L)`` or unbatched ``(C, *L)``.
-
-Window pools (``MaxPoolNd``, ``AvgPoolNd``), as torch:
-
-Args:
-  kernel_size: window size, an int or one int per spatial axis.
-  stride: window step; ``None`` (the default) means ``kernel_size``.
-  padding: implicit padding on both sides, at most ``kernel_size // 2`` per axis (as
-    torch). ``MaxPool`` pads with ``-inf``, ``AvgPool`` with zeros. Default ``0``.
-  dilation (``MaxPool`` only): spacing between window taps. Default ``1``.
-  ceil_mode: round the output size up instead of down, adding windows that hang over
-    the high edge; as in torch, a window that would start inside the right padding
-    (at or past the last input element) is dropped. Default ``False``.
-  count_include_pad (``AvgPool`` only): count the explicit ``padding`` in the divisor.
-    The part of a ``ceil_mode`` window that hangs past the padding is never counted
-    (torch's rule). Default ``True``.
-  divisor_override (``AvgPool2d``/``AvgPool3d`` only): a nonzero integer dividing every
-    window's sum instead of its count. Default ``None``.
-  return_indices (``MaxPool`` only): also return the indices of the selected elements,
-    ``(y, indices)`` (see below). Default ``False``.
-
-Per spatial axis the output size is ``floor_or_ceil((L + 2 * padding - dilation *
-(kernel_size - 1) - 1) / stride) + 1``, minus one when ``ceil_mode``'s last window would
-start at or past ``L + padding``.
-
-Gradients match torch: ``MaxPool`` sends each output's gradient to the one element it
-selected, as torch's CPU kernel: among equal maxima in a window the first in row-major
-order, among NaNs the last. ``AvgPool`` spreads it evenly over the window's counted
-elements.
-
-Indices (``return_indices=True``, on the max pools): per output element, the flat
-position of the selected element within its channel's unpadded input (``h * W + w`` in
-2-d, ``(d * H + h) * W + w`` in 3-d), as torch returns for ``MaxUnpoolNd``; a window
-holding only ``-inf`` (or padding) gives its first in-bounds element. The dtype is
-``int64`` where JAX's 64-bit mode is on, else ``int32`` (torch: always ``int64``).
-
-Adaptive pools (``AdaptiveAvgPoolNd``, ``AdaptiveMaxPoolNd``) take ``output_size`` (an
-int, or one int or ``None`` per spatial axis, ``None`` keeping that axis) and reduce
-output cell ``i`` of an axis of length ``L`` over ``[floor(i * L / out),
-ceil((i + 1) * L / out))``, torch's windows, for any sizes (not only divisors). Both are
-separable, so each axis is pooled in turn with one gather; the max keeps torch's
-element (first maximum, last NaN) for its gradient. ``AdaptiveMaxPoolNd`` also takes
-``return_indices`` (default ``False``), with indices as above.
+The math is ``purelayers.functional.pooling``. As torch, ``ceil_mode`` drops a window
+that would start at or past ``L + padding``; a max sends each output's gradient to the
+one element it selected (among equal maxima the first in row-major order, among NaNs
+the last), a mean spreads it over the window's counted elements. Indices (``return_indices=True``) are each selected
+element's flat position within its channel's unpadded input (``h * W + w`` in 2-d),
+``int64`` under JAX's 64-bit mode, else ``int32``.
 """
 
 from __future__ import annotations
@@ -222,12 +179,27 @@ class _AvgPoolNd(_PoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class MaxPool1d(_MaxPoolNd):
-    """Max over windows of sequences ``(N, C, L)``. Matches ``torch.nn.MaxPool1d``.
+    r"""Max over sliding windows of sequences: ``y = max over each window of x``.
 
-    Arguments, output size and gradient: see the module docstring
-    (``purelayers.layers.pool``). ``MaxPool1d(2)`` on ``[[[1, 3, 2, 5, 4]]]`` gives
-    ``[[[3, 5]]]`` (the trailing 4 falls outside every window); with ``ceil_mode=True``,
-    ``[[[3, 5, 4]]]``.
+    Matches ``torch.nn.MaxPool1d``; ``padding`` is ``-inf``.
+
+    Args:
+      kernel_size: window size, an int.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: added on both sides, at most ``kernel_size // 2``. Default ``0``.
+      dilation: spacing between window taps. Default ``1``.
+      return_indices: also return ``(y, indices)``, ``MaxUnpool1d``'s input. Default ``False``.
+      ceil_mode: round the output size up instead of down. Default ``False``.
+
+    Shape:
+      input ``(N, C, L)`` or without ``N``; output ``(N, C, L_out)``, per axis
+      ``out = floor((L + 2 * padding - dilation * (kernel_size - 1) - 1) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> MaxPool1d(2).apply({}, jnp.array([[[1.0, 3, 2, 5, 4]]])).tolist()
+      [[[3.0, 5.0]]]
     """
 
     _nd: ClassVar[int] = 1
@@ -240,10 +212,23 @@ class MaxPool1d(_MaxPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class MaxPool2d(_MaxPoolNd):
-    """Max over windows of images ``(N, C, H, W)``. Matches ``torch.nn.MaxPool2d``.
+    r"""Max over sliding windows of images: ``y = max over each window of x``.
 
-    Arguments, output size, indices and gradient: see the module docstring
-    (``purelayers.layers.pool``). ``MaxPool2d(2)`` halves ``H`` and ``W`` (rounding down).
+    Matches ``torch.nn.MaxPool2d``; ``padding`` is ``-inf``.
+
+    Args:
+      kernel_size: window size, an int or a pair ``(kH, kW)``.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: added on both sides, at most ``kernel_size // 2``. Default ``0``.
+      dilation: spacing between window taps. Default ``1``.
+      return_indices: also return ``(y, indices)``, ``MaxUnpool2d``'s input. Default ``False``.
+      ceil_mode: round the output size up instead of down. Default ``False``.
+
+    Shape:
+      input ``(N, C, H, W)`` or without ``N``; output ``(N, C, H_out, W_out)``, per axis
+      ``out = floor((L + 2 * padding - dilation * (kernel_size - 1) - 1) / stride) + 1``.
+
+    Parameters: none.
 
     Example:
       >>> y, idx = MaxPool2d(2, return_indices=True).apply({}, jnp.arange(16.0).reshape(1, 4, 4))
@@ -256,10 +241,27 @@ class MaxPool2d(_MaxPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class MaxPool3d(_MaxPoolNd):
-    """Max over windows of volumes ``(N, C, D, H, W)``. Matches ``torch.nn.MaxPool3d``.
+    r"""Max over sliding windows of volumes: ``y = max over each window of x``.
 
-    Arguments, output size, indices and gradient: see the module docstring
-    (``purelayers.layers.pool``).
+    Matches ``torch.nn.MaxPool3d``; ``padding`` is ``-inf``.
+
+    Args:
+      kernel_size: window size, an int or a triple ``(kD, kH, kW)``.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: added on both sides, at most ``kernel_size // 2``. Default ``0``.
+      dilation: spacing between window taps. Default ``1``.
+      return_indices: also return ``(y, indices)``, ``MaxUnpool3d``'s input. Default ``False``.
+      ceil_mode: round the output size up instead of down. Default ``False``.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or without ``N``; output ``(N, C, D_out, H_out, W_out)``, per axis
+      ``out = floor((L + 2 * padding - dilation * (kernel_size - 1) - 1) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> MaxPool3d(2, stride=1).apply({}, jnp.zeros((2, 3, 4, 5, 6))).shape
+      (2, 3, 3, 4, 5)
     """
 
     _nd: ClassVar[int] = 3
@@ -267,13 +269,30 @@ class MaxPool3d(_MaxPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class AvgPool1d(_AvgPoolNd):
-    """Mean over windows of sequences ``(N, C, L)``. Matches ``torch.nn.AvgPool1d``.
+    r"""Mean over sliding windows of sequences: ``y = sum over each window of x / count``.
 
-    Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
-    ``AvgPool1d(3, stride=2, padding=1)`` on ``[[[1, 2, 3, 4]]]`` averages the windows
-    ``[0, 1, 2]`` and ``[2, 3, 4]`` (the zeros are padding): ``[[[1, 3]]]``. With
-    ``ceil_mode=True`` a third window ``[4, 0]`` starts at the last element and stops at
-    the end of the padding, so its divisor is 2: ``[[[1, 3, 2]]]``.
+    Matches ``torch.nn.AvgPool1d``; ``padding`` is zeros.
+
+    Args:
+      kernel_size: window size, an int.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: zeros added on both sides, at most ``kernel_size // 2``. Default ``0``.
+      ceil_mode: round the output size up instead of down. Default ``False``.
+      count_include_pad: count ``padding`` in the divisor (never the part of a
+        ``ceil_mode`` window past the padding). Default ``True``.
+
+    Shape:
+      input ``(N, C, L)`` or without ``N``; output ``(N, C, L_out)``, per axis
+      ``out = floor((L + 2 * padding - kernel_size) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> x = jnp.array([[[1.0, 2, 3, 4]]])  # padded: [0, 1, 2, 3, 4, 0]
+      >>> AvgPool1d(3, stride=2, padding=1).apply({}, x).tolist()
+      [[[1.0, 3.0]]]
+      >>> AvgPool1d(3, stride=2, padding=1, ceil_mode=True).apply({}, x).tolist()  # [4, 0] / 2
+      [[[1.0, 3.0, 2.0]]]
     """
 
     _nd: ClassVar[int] = 1
@@ -295,10 +314,28 @@ class _AvgPoolDivNd(_AvgPoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class AvgPool2d(_AvgPoolDivNd):
-    """Mean over windows of images ``(N, C, H, W)``. Matches ``torch.nn.AvgPool2d``.
+    r"""Mean over sliding windows of images: ``y = sum over each window of x / count``.
 
-    Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
-    ``AvgPool2d(2, divisor_override=1)`` sums each 2 x 2 window.
+    Matches ``torch.nn.AvgPool2d``; ``padding`` is zeros.
+
+    Args:
+      kernel_size: window size, an int or a pair ``(kH, kW)``.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: zeros added on both sides, at most ``kernel_size // 2``. Default ``0``.
+      ceil_mode: round the output size up instead of down. Default ``False``.
+      count_include_pad: count ``padding`` in the divisor (never the part of a
+        ``ceil_mode`` window past the padding). Default ``True``.
+      divisor_override: a nonzero int dividing each window's sum instead. Default ``None``.
+
+    Shape:
+      input ``(N, C, H, W)`` or without ``N``; output ``(N, C, H_out, W_out)``, per axis
+      ``out = floor((L + 2 * padding - kernel_size) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> AvgPool2d(2, divisor_override=1).apply({}, jnp.ones((1, 4, 4))).tolist()  # window sums
+      [[[4.0, 4.0], [4.0, 4.0]]]
     """
 
     _nd: ClassVar[int] = 2
@@ -306,9 +343,28 @@ class AvgPool2d(_AvgPoolDivNd):
 
 @dataclasses.dataclass(frozen=True)
 class AvgPool3d(_AvgPoolDivNd):
-    """Mean over windows of volumes ``(N, C, D, H, W)``. Matches ``torch.nn.AvgPool3d``.
+    r"""Mean over sliding windows of volumes: ``y = sum over each window of x / count``.
 
-    Arguments and divisor rules: see the module docstring (``purelayers.layers.pool``).
+    Matches ``torch.nn.AvgPool3d``; ``padding`` is zeros.
+
+    Args:
+      kernel_size: window size, an int or a triple ``(kD, kH, kW)``.
+      stride: window step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: zeros added on both sides, at most ``kernel_size // 2``. Default ``0``.
+      ceil_mode: round the output size up instead of down. Default ``False``.
+      count_include_pad: count ``padding`` in the divisor (never the part of a
+        ``ceil_mode`` window past the padding). Default ``True``.
+      divisor_override: a nonzero int dividing each window's sum instead. Default ``None``.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or without ``N``; output ``(N, C, D_out, H_out, W_out)``, per axis
+      ``out = floor((L + 2 * padding - kernel_size) / stride) + 1``.
+
+    Parameters: none.
+
+    Example:
+      >>> AvgPool3d((1, 2, 2)).apply({}, jnp.ones((2, 3, 4, 4, 4))).shape
+      (2, 3, 4, 2, 2)
     """
 
     _nd: ClassVar[int] = 3
@@ -406,48 +462,135 @@ class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveAvgPool1d(_AdaptivePoolNd):
-    """Mean over ``output_size`` adaptive windows of ``(N, C, L)``. Matches
-    ``torch.nn.AdaptiveAvgPool1d``. Windows: see the module docstring."""
+    r"""Mean over adaptive windows: ``y[i] = mean(x[i * L // out : ceil((i + 1) * L / out)])``.
+
+    Per spatial axis, for any sizes. Matches ``torch.nn.AdaptiveAvgPool1d``.
+
+    Args:
+      output_size: an int, or one int or ``None`` (keep the axis) per spatial axis.
+
+    Shape:
+      input ``(N, C, L)`` or without ``N``; output ``(N, C, output_size)``.
+
+    Parameters: none.
+
+    Example:
+      >>> AdaptiveAvgPool1d(2).apply({}, jnp.array([[[1.0, 2, 3, 4, 5]]])).tolist()
+      [[[2.0, 4.0]]]
+    """
 
     _nd: ClassVar[int] = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveAvgPool2d(_AdaptivePoolNd):
-    """Mean over adaptive windows of ``(N, C, H, W)`` to ``output_size``. Matches
-    ``torch.nn.AdaptiveAvgPool2d``; ``AdaptiveAvgPool2d(1)`` is global average pooling,
-    ``(N, C, H, W)`` to ``(N, C, 1, 1)``. Windows: see the module docstring."""
+    r"""Mean over adaptive windows: ``y[i] = mean(x[i * L // out : ceil((i + 1) * L / out)])``.
+
+    Per spatial axis, for any sizes. Matches ``torch.nn.AdaptiveAvgPool2d``.
+
+    Args:
+      output_size: an int, or one int or ``None`` (keep the axis) per spatial axis.
+
+    Shape:
+      input ``(N, C, H, W)`` or without ``N``; output ``(N, C, *output_size)``.
+
+    Parameters: none.
+
+    Example:
+      >>> AdaptiveAvgPool2d(1).apply({}, jnp.ones((2, 3, 5, 7))).shape  # global average pooling
+      (2, 3, 1, 1)
+    """
 
     _nd: ClassVar[int] = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveAvgPool3d(_AdaptivePoolNd):
-    """Mean over adaptive windows of ``(N, C, D, H, W)`` to ``output_size``. Matches
-    ``torch.nn.AdaptiveAvgPool3d``. Windows: see the module docstring."""
+    r"""Mean over adaptive windows: ``y[i] = mean(x[i * L // out : ceil((i + 1) * L / out)])``.
+
+    Per spatial axis, for any sizes. Matches ``torch.nn.AdaptiveAvgPool3d``.
+
+    Args:
+      output_size: an int, or one int or ``None`` (keep the axis) per spatial axis.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or without ``N``; output ``(N, C, *output_size)``.
+
+    Parameters: none.
+
+    Example:
+      >>> AdaptiveAvgPool3d((None, 2, 3)).apply({}, jnp.ones((2, 3, 4, 5, 6))).shape
+      (2, 3, 4, 2, 3)
+    """
 
     _nd: ClassVar[int] = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
-    """Max over ``output_size`` adaptive windows of ``(N, C, L)``. Matches
-    ``torch.nn.AdaptiveMaxPool1d``. Windows and indices: see the module docstring."""
+    r"""Max over adaptive windows: ``y[i] = max(x[i * L // out : ceil((i + 1) * L / out)])``.
+
+    Per spatial axis, for any sizes. Matches ``torch.nn.AdaptiveMaxPool1d``.
+
+    Args:
+      output_size: an int, or one int or ``None`` (keep the axis) per spatial axis.
+      return_indices: also return ``(y, indices)``. Default ``False``.
+
+    Shape:
+      input ``(N, C, L)`` or without ``N``; output ``(N, C, output_size)``.
+
+    Parameters: none.
+
+    Example:
+      >>> AdaptiveMaxPool1d(2).apply({}, jnp.array([[[1.0, 5, 3, 4, 2]]])).tolist()
+      [[[5.0, 4.0]]]
+    """
 
     _nd: ClassVar[int] = 1
 
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
-    """Max over adaptive windows of ``(N, C, H, W)`` to ``output_size``. Matches
-    ``torch.nn.AdaptiveMaxPool2d``. Windows and indices: see the module docstring."""
+    r"""Max over adaptive windows: ``y[i] = max(x[i * L // out : ceil((i + 1) * L / out)])``.
+
+    Per spatial axis, for any sizes. Matches ``torch.nn.AdaptiveMaxPool2d``.
+
+    Args:
+      output_size: an int, or one int or ``None`` (keep the axis) per spatial axis.
+      return_indices: also return ``(y, indices)``. Default ``False``.
+
+    Shape:
+      input ``(N, C, H, W)`` or without ``N``; output ``(N, C, *output_size)``.
+
+    Parameters: none.
+
+    Example:
+      >>> y, idx = AdaptiveMaxPool2d(1, return_indices=True).apply({}, jnp.ones((1, 2, 3)))
+      >>> y.tolist(), idx.tolist()
+      ([[[1.0]]], [[[0]]])
+    """
 
     _nd: ClassVar[int] = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
-    """Max over adaptive windows of ``(N, C, D, H, W)`` to ``output_size``. Matches
-    ``torch.nn.AdaptiveMaxPool3d``. Windows and indices: see the module docstring."""
+    r"""Max over adaptive windows: ``y[i] = max(x[i * L // out : ceil((i + 1) * L / out)])``.
+
+    Per spatial axis, for any sizes. Matches ``torch.nn.AdaptiveMaxPool3d``.
+
+    Args:
+      output_size: an int, or one int or ``None`` (keep the axis) per spatial axis.
+      return_indices: also return ``(y, indices)``. Default ``False``.
+
+    Shape:
+      input ``(N, C, D, H, W)`` or without ``N``; output ``(N, C, *output_size)``.
+
+    Parameters: none.
+
+    Example:
+      >>> AdaptiveMaxPool3d(2).apply({}, jnp.ones((2, 3, 4, 5, 6))).shape
+      (2, 3, 2, 2, 2)
+    """
 
     _nd: ClassVar[int] = 3

@@ -18,8 +18,9 @@ __all__ = ["Unflatten"]
 
 @dataclasses.dataclass(frozen=True)
 class Unflatten(Layer):
-    r"""Splits axis ``dim`` into the axes ``unflattened_size``. Matches
-    ``torch.nn.Unflatten(dim, unflattened_size)``.
+    r"""Splits an axis: ``y = x.reshape(x.shape[:dim] + unflattened_size + x.shape[dim + 1:])``.
+
+    Matches ``torch.nn.Unflatten(dim, unflattened_size)``.
 
     One entry of ``unflattened_size`` may be ``-1``: that axis takes what the others
     leave (``x.shape[dim] / prod(others)``).
@@ -31,6 +32,8 @@ class Unflatten(Layer):
 
     Shape:
       input ``(*, S, *)`` with ``S`` at axis ``dim``; output ``(*, *unflattened_size, *)``.
+
+    Parameters: none.
 
     Example:
       >>> Unflatten(1, (2, -1)).apply({}, jnp.zeros((4, 6))).shape

@@ -26,9 +26,9 @@ def _need_rank(layer: str, x: jax.Array, layout: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class PixelShuffle(Layer):
-    r"""Moves channel blocks into space: ``(*, C r^2, H, W) -> (*, C, H r, W r)``.
+    r"""Channels to space: ``y[..., c, h r + i, w r + j] = x[..., c r^2 + i r + j, h, w]``.
 
-    ``y[..., c, h * r + i, w * r + j] = x[..., c * r^2 + i * r + j, h, w]``. Matches
+    ``(*, C r^2, H, W) -> (*, C, H r, W r)``. Matches
     ``torch.nn.PixelShuffle(upscale_factor)``.
 
     Args:
@@ -36,6 +36,8 @@ class PixelShuffle(Layer):
 
     Shape:
       input ``(*, C * r^2, H, W)`` (any leading axes); output ``(*, C, H * r, W * r)``.
+
+    Parameters: none.
 
     Example:
       >>> PixelShuffle(2).apply({}, jnp.arange(4.0).reshape(4, 1, 1))[0].tolist()
@@ -67,8 +69,10 @@ class PixelShuffle(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class PixelUnshuffle(Layer):
-    r"""Moves space into channel blocks: ``(*, C, H r, W r) -> (*, C r^2, H, W)``, the
-    inverse of ``PixelShuffle(r)``. Matches ``torch.nn.PixelUnshuffle(downscale_factor)``.
+    r"""Space to channels: ``y[..., c r^2 + i r + j, h, w] = x[..., c, h r + i, w r + j]``.
+
+    ``(*, C, H r, W r) -> (*, C r^2, H, W)``, the inverse of ``PixelShuffle(r)``. Matches
+    ``torch.nn.PixelUnshuffle(downscale_factor)``.
 
     Args:
       downscale_factor: ``r``, a positive int.
@@ -76,6 +80,8 @@ class PixelUnshuffle(Layer):
     Shape:
       input ``(*, C, H * r, W * r)`` (any leading axes); output ``(*, C * r^2, H, W)``.
       An empty input comes back unchanged, as torch returns it.
+
+    Parameters: none.
 
     Example:
       >>> PixelUnshuffle(2).apply({}, jnp.arange(4.0).reshape(1, 2, 2))[:, 0, 0].tolist()
@@ -110,14 +116,17 @@ class PixelUnshuffle(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class ChannelShuffle(Layer):
-    r"""Interleaves ``groups`` channel groups: channel ``g * (C / groups) + i`` moves to
-    ``i * groups + g``. Matches ``torch.nn.ChannelShuffle(groups)``.
+    r"""Interleaves channel groups: ``y[:, i * groups + g] = x[:, g * (C // groups) + i]``.
+
+    Matches ``torch.nn.ChannelShuffle(groups)``.
 
     Args:
       groups: the number of groups, a positive int dividing the channels.
 
     Shape:
       input ``(N, C, *)`` (at least 3 axes); output the same shape.
+
+    Parameters: none.
 
     Example:
       >>> ChannelShuffle(2).apply({}, jnp.arange(6.0).reshape(1, 6, 1))[0, :, 0].tolist()

@@ -17,18 +17,6 @@ is written, as torch's CPU kernel; its gradient reaches both, as torch's. An ind
 outside ``[0, prod(output size))`` is a ``LayerError`` naming it, as torch raises at run
 time; traced indices (under ``jit``), not known when the error could be raised, make
 the whole output NaN instead of being dropped.
-
-Args:
-  kernel_size: the pool's window size, an int or one int per spatial axis.
-  stride: the pool's step; ``None`` (the default) means ``kernel_size``.
-  padding: the pool's padding. Default ``0``.
-
-Shape:
-  ``x`` ``(N, C, *L)`` or unbatched ``(C, *L)``, floating point; ``indices`` integers
-  of the same shape; output ``(N, C, *L_out)``.
-
-Parameters:
-  none.
 """
 
 from __future__ import annotations
@@ -138,10 +126,22 @@ class _MaxUnpoolNd(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class MaxUnpool1d(_MaxUnpoolNd):
-    """Inverse of ``MaxPool1d`` on ``(N, C, L)``. Matches ``torch.nn.MaxUnpool1d``.
+    r"""Scatters into zeros: ``y.flat[indices[n, c, i]] = x[n, c, i]`` per channel, ``0`` elsewhere.
 
-    Output size, duplicates and gradient: see the module docstring
-    (``purelayers.layers.unpool``).
+    The partial inverse of ``MaxPool1d(..., return_indices=True)``; ``apply(params, x,
+    indices, output_size=None)``. Matches ``torch.nn.MaxUnpool1d``.
+
+    Args:
+      kernel_size: the pool's window size, an int.
+      stride: the pool's step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: the pool's padding. Default ``0``.
+
+    Shape:
+      ``x`` ``(N, C, L)`` or without ``N``, floating point; ``indices`` integers of the
+      same shape; output ``(N, C, L_out)``, per axis ``(L - 1) * stride - 2 * padding +
+      kernel_size`` unless ``output_size`` gives it (within ``stride`` of that).
+
+    Parameters: none.
 
     Example:
       >>> y, idx = L.MaxPool1d(2, return_indices=True).apply({}, jnp.array([[[1.0, 3, 4, 2]]]))
@@ -154,10 +154,28 @@ class MaxUnpool1d(_MaxUnpoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class MaxUnpool2d(_MaxUnpoolNd):
-    """Inverse of ``MaxPool2d`` on ``(N, C, H, W)``. Matches ``torch.nn.MaxUnpool2d``.
+    r"""Scatters into zeros: ``y.flat[indices[n, c, i]] = x[n, c, i]`` per channel, ``0`` elsewhere.
 
-    Output size, duplicates and gradient: see the module docstring
-    (``purelayers.layers.unpool``).
+    The partial inverse of ``MaxPool2d(..., return_indices=True)``; ``apply(params, x,
+    indices, output_size=None)``. Matches ``torch.nn.MaxUnpool2d``.
+
+    Args:
+      kernel_size: the pool's window size, an int or a pair ``(kH, kW)``.
+      stride: the pool's step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: the pool's padding. Default ``0``.
+
+    Shape:
+      ``x`` ``(N, C, H, W)`` or without ``N``, floating point; ``indices`` integers of the
+      same shape; output ``(N, C, H_out, W_out)``, per axis ``(L - 1) * stride - 2 * padding +
+      kernel_size`` unless ``output_size`` gives it (within ``stride`` of that).
+
+    Parameters: none.
+
+    Example:
+      >>> x = jnp.arange(16.0).reshape(1, 1, 4, 4)
+      >>> y, idx = L.MaxPool2d(2, return_indices=True).apply({}, x)
+      >>> MaxUnpool2d(2).apply({}, y, idx)[0, 0, 1::2].tolist()  # rows 0 and 2 are zeros
+      [[0.0, 5.0, 0.0, 7.0], [0.0, 13.0, 0.0, 15.0]]
     """
 
     _nd: ClassVar[int] = 2
@@ -165,10 +183,27 @@ class MaxUnpool2d(_MaxUnpoolNd):
 
 @dataclasses.dataclass(frozen=True)
 class MaxUnpool3d(_MaxUnpoolNd):
-    """Inverse of ``MaxPool3d`` on ``(N, C, D, H, W)``. Matches ``torch.nn.MaxUnpool3d``.
+    r"""Scatters into zeros: ``y.flat[indices[n, c, i]] = x[n, c, i]`` per channel, ``0`` elsewhere.
 
-    Output size, duplicates and gradient: see the module docstring
-    (``purelayers.layers.unpool``).
+    The partial inverse of ``MaxPool3d(..., return_indices=True)``; ``apply(params, x,
+    indices, output_size=None)``. Matches ``torch.nn.MaxUnpool3d``.
+
+    Args:
+      kernel_size: the pool's window size, an int or a triple ``(kD, kH, kW)``.
+      stride: the pool's step, as ``kernel_size``. Default ``None`` (``kernel_size``).
+      padding: the pool's padding. Default ``0``.
+
+    Shape:
+      ``x`` ``(N, C, D, H, W)`` or without ``N``, floating point; ``indices`` integers of the
+      same shape; output ``(N, C, D_out, H_out, W_out)``, per axis ``(L - 1) * stride - 2 * padding +
+      kernel_size`` unless ``output_size`` gives it (within ``stride`` of that).
+
+    Parameters: none.
+
+    Example:
+      >>> y, idx = L.MaxPool3d(2, return_indices=True).apply({}, jnp.ones((1, 2, 4, 4, 5)))
+      >>> MaxUnpool3d(2).apply({}, y, idx, output_size=(4, 4, 5)).shape
+      (1, 2, 4, 4, 5)
     """
 
     _nd: ClassVar[int] = 3

@@ -238,9 +238,11 @@ class _Interpolate(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class Upsample(_Interpolate):
-    r"""Resamples the spatial axes to ``size`` or by ``scale_factor``. Matches
-    ``torch.nn.Upsample(size, scale_factor, mode, align_corners, recompute_scale_factor)``
-    (the formulas are in this module's docstring).
+    r"""Resamples the spatial axes: ``y[i] = sum_t w_t(i) * x[src_t(i)]`` per axis.
+
+    The source indices ``src_t`` and weights ``w_t`` are the ``mode``'s (this module's
+    docstring gives each). Matches ``torch.nn.Upsample(size, scale_factor, mode,
+    align_corners, recompute_scale_factor)``.
 
     Args:
       size: the output spatial size, an int (every axis) or one int per axis.
@@ -259,6 +261,8 @@ class Upsample(_Interpolate):
     Shape:
       input ``(N, C, *spatial)``; output ``(N, C, *out)``, same dtype (floating point;
       torch refuses integer inputs too).
+
+    Parameters: none.
 
     Example:
       >>> up = Upsample(scale_factor=2, mode="linear", align_corners=True)
@@ -298,8 +302,11 @@ class Upsample(_Interpolate):
 
 @dataclasses.dataclass(frozen=True)
 class UpsamplingNearest2d(_Interpolate):
-    r"""Nearest-neighbour resampling, ``Upsample(size, scale_factor, mode="nearest")``.
-    Matches ``torch.nn.UpsamplingNearest2d(size, scale_factor)``.
+    r"""Nearest-neighbour resampling: ``y[i] = x[min(floor(i * s), L - 1)]`` per axis.
+
+    ``s`` is ``1 / scale_factor``, or ``L / O`` for a ``size``: ``Upsample(size,
+    scale_factor, mode="nearest")``. Matches
+    ``torch.nn.UpsamplingNearest2d(size, scale_factor)``.
 
     Args:
       size: the output spatial size, an int or one per axis.
@@ -308,6 +315,8 @@ class UpsamplingNearest2d(_Interpolate):
     Shape:
       input ``(N, C, H, W)`` (3-D and 5-D inputs resample too, as torch);
       output ``(N, C, H_out, W_out)``.
+
+    Parameters: none.
 
     Example:
       >>> UpsamplingNearest2d(scale_factor=2).apply({}, jnp.ones((1, 1, 2, 3))).shape
@@ -328,9 +337,11 @@ class UpsamplingNearest2d(_Interpolate):
 
 @dataclasses.dataclass(frozen=True)
 class UpsamplingBilinear2d(_Interpolate):
-    r"""Bilinear resampling with aligned corners, ``Upsample(size, scale_factor,
-    mode="bilinear", align_corners=True)``. Matches ``torch.nn.UpsamplingBilinear2d(size,
-    scale_factor)``.
+    r"""Bilinear resampling, corners aligned: ``y[i] = (1 - t) x[floor(u)] + t x[floor(u) + 1]``.
+
+    Per axis ``u = i * (L - 1) / (O - 1)``, ``t = u - floor(u)``: ``Upsample(size,
+    scale_factor, mode="bilinear", align_corners=True)``. Matches
+    ``torch.nn.UpsamplingBilinear2d(size, scale_factor)``.
 
     Args:
       size: the output spatial size, an int or ``(H_out, W_out)``.
@@ -338,6 +349,8 @@ class UpsamplingBilinear2d(_Interpolate):
 
     Shape:
       input ``(N, C, H, W)``; output ``(N, C, H_out, W_out)``.
+
+    Parameters: none.
 
     Example:
       >>> up = UpsamplingBilinear2d(size=(1, 3))
