@@ -21,7 +21,7 @@ from purelayers import sharding as S
 VOCAB = 37
 TINY = dict(
     hidden_size=16,
-    num_hidden_layers=3,
+    num_hidden_layers=2,
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=8,
@@ -116,8 +116,6 @@ def test_names_logits_and_gradients_match_transformers(torch, family):
         np.testing.assert_allclose(
             np.asarray(ours[name]), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name
         )
-    # the window and the rope scaling matter: without them the logits differ
-    assert np.abs(np.asarray(model.apply(params, ids[:1]))).max() > 0
 
 
 def test_cached_decoding_equals_the_full_forward_and_logits_to_keep(family):
