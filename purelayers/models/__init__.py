@@ -11,6 +11,12 @@ from purelayers.models._hub import from_pretrained, save_pretrained
 from purelayers.models.bert import BertConfig, BertModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
+from purelayers.models.gemma import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+)
 from purelayers.models.gpt2 import GPT2Config, GPT2LMHeadModel
 from purelayers.models.llama import (
     LlamaConfig,
@@ -20,6 +26,8 @@ from purelayers.models.llama import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from purelayers.models.olmo2 import Olmo2Config, Olmo2ForCausalLM
+from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.vit import ViTConfig, ViTModel
 
@@ -32,12 +40,20 @@ __all__ = [
     "Frozen",
     "GPT2Config",
     "GPT2LMHeadModel",
+    "Gemma2Config",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3TextConfig",
     "LlamaConfig",
     "LlamaForCausalLM",
     "MistralConfig",
     "MistralForCausalLM",
+    "Olmo2Config",
+    "Olmo2ForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
+    "Qwen3Config",
+    "Qwen3ForCausalLM",
     "ResNet",
     "ViTConfig",
     "ViTModel",

@@ -28,7 +28,7 @@ DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # bytes, as transformers' "5GB"
 
 
 def _model_types() -> dict[str, type]:
-    from purelayers.models import bert, gpt2, llama, vit
+    from purelayers.models import bert, gemma, gpt2, llama, olmo2, qwen3, vit
 
     return {
         "gpt2": gpt2.GPT2LMHeadModel,
@@ -37,10 +37,16 @@ def _model_types() -> dict[str, type]:
         "qwen2": llama.Qwen2ForCausalLM,
         "bert": bert.BertModel,
         "vit": vit.ViTModel,
+        "qwen3": qwen3.Qwen3ForCausalLM,
+        "olmo2": olmo2.Olmo2ForCausalLM,
+        "gemma2": gemma.Gemma2ForCausalLM,
+        "gemma3_text": gemma.Gemma3ForCausalLM,
     }
 
 
-MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "bert", "vit")
+MODEL_TYPES = (
+    "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
+)  # fmt: skip
 
 
 def _read_object(file: Path) -> dict[str, Any]:

@@ -254,8 +254,10 @@ class MistralConfig(LlamaConfig):
 @dataclasses.dataclass(frozen=True)
 class Qwen2Config(LlamaConfig):
     """``transformers.Qwen2Config``: Llama's fields but ``attention_bias`` and ``mlp_bias``
-    (q/k/v projections carry biases, the others none).
-    Sliding-window layers (``use_sliding_window=True``) are not supported."""
+    (q/k/v projections carry biases, the others none). Sliding-window layers as
+    transformers reads them: with ``use_sliding_window``, ``sliding_window`` on the
+    layers ``layer_types`` marks ``"sliding_attention"`` (by default those from
+    ``max_window_layers`` on)."""
 
     model_type: ClassVar[str] = "qwen2"
     # biases on q/k/v always, on o_proj and the MLP never
@@ -264,15 +266,17 @@ class Qwen2Config(LlamaConfig):
     intermediate_size: int = 22016
     max_position_embeddings: int = 32768
     use_sliding_window: bool = False
-    sliding_window: int | None = None
+    sliding_window: int | None = 4096
     max_window_layers: int = 28
+    layer_types: tuple[str, ...] | None = None
     bos_token_id: int | None = None
     eos_token_id: Any = None
 
     def __post_init__(self):
         super().__post_init__()
-        if self.use_sliding_window:
-            raise ValueError("Qwen2Config: use_sliding_window=True is not supported")
+        from purelayers.models import _dense
+
+        _dense.check_qwen_window(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -469,3 +473,16 @@ class Qwen2ForCausalLM(LlamaForCausalLM):
     config: Qwen2Config
     config_class: ClassVar[type] = Qwen2Config
     qkv_bias: ClassVar[bool] = True
+
+    def build(self) -> dict[str, Layer]:
+        """Llama's parts, or with sliding-window layers a decoder whose blocks each
+        have their window (``purelayers.models._dense``), under the same names."""
+        parts = super().build()
+        c = self.config
+        if c.use_sliding_window:
+            from purelayers.models import _dense
+
+            windows = _dense.qwen_windows(c)
+            ropes = [c.rope()] * len(windows)
+            parts["model"] = _dense.dense_backbone(c, windows=windows, ropes=ropes, qkv_bias=True)
+        return parts
