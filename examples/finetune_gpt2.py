@@ -1,5 +1,5 @@
 """Fine-tune a GPT-2 loaded from a Hugging Face folder, save it back, and load the
-result into transformers.
+result into transformers: a byte-level toy.
 
     python examples/finetune_gpt2.py                  # a small random GPT-2, offline
     python examples/finetune_gpt2.py --model PATH     # any GPT-2 folder (byte-level ids)
@@ -11,6 +11,11 @@ bundled character corpus (the standard library's docstrings, as UTF-8 bytes) wit
 optax AdamW in one jitted step, the embedding and the tied ``lm_head`` sharing one
 array. ``save_pretrained`` writes ``--out/model``; transformers' ``from_pretrained``
 loads that folder and its logits are compared with ours.
+
+A byte-level toy: the ids are UTF-8 bytes, not the folder's tokenizer, so with
+``--model`` a pretrained GPT-2 learns nothing it can use. To fine-tune a real model on
+text, use ``examples/finetune_chat.py`` (the folder's tokenizer and chat template,
+masked labels, checkpoints).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""LoRA fine-tuning of a causal LM's attention projections, saved as a PEFT adapter.
+"""LoRA fine-tuning of a causal LM's attention projections, saved as a PEFT adapter: a
+byte-level toy.
 
     python examples/lora_finetune.py                  # a small random GPT-2, offline
     python examples/lora_finetune.py --model PATH     # a GPT-2, Llama, Mistral or Qwen2 folder
@@ -14,6 +15,11 @@ docstrings, as UTF-8 bytes) in one jitted step: ``lora.trainable`` labels the le
 adapters only. The run prints the trainable and total parameter counts and the loss
 curve, plots it (``--out/loss.png``), and writes ``--out/adapter``, which
 ``peft.PeftModel.from_pretrained(transformers_model, path)`` loads.
+
+A byte-level toy: the ids are UTF-8 bytes reduced modulo the vocabulary, not the
+folder's tokenizer, so with ``--model`` a pretrained model learns nothing it can use.
+To fine-tune a real model on text, use ``examples/finetune_chat.py`` (the folder's
+tokenizer and chat template, masked labels, checkpoints).
 """
 
 from __future__ import annotations

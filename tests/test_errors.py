@@ -450,6 +450,40 @@ def _from_pretrained(folder):
     return M.from_pretrained(folder)
 
 
+def _save_pretrained(model, **kwargs):
+    from purelayers import models as M
+
+    return M.save_pretrained(_tmp() / "out", model, None, **kwargs)
+
+
+def _sft():
+    from purelayers.models import sft
+
+    return sft
+
+
+class _ToyTokenizer:
+    """What ``sft_batch`` needs of a transformers tokenizer: a chat template (``[role]
+    text|``, the generation prompt ``[assistant]``, or a different one with ``odd``) and
+    one id per character."""
+
+    pad_token_id = None
+
+    def __init__(self, eos=0, odd=False):
+        self.eos_token_id, self.odd = eos, odd
+
+    def apply_chat_template(self, turns, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"[{t['role']}]{t['content']}|" for t in turns)
+        return text + ("[bot]" if self.odd else "[assistant]") * add_generation_prompt
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) % 50 for c in text]}
+
+
+def _sft_batch(examples, tokenizer=None, **kwargs):
+    return _sft().sft_batch(tokenizer or _ToyTokenizer(), examples, **{"max_length": 64, **kwargs})
+
+
 _GPT2_JSON = dict(model_type="gpt2", vocab_size=11, n_positions=8, n_embd=8, n_layer=1, n_head=2)
 _LLAMA_JSON = dict(
     model_type="llama", vocab_size=11, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
@@ -1266,6 +1300,33 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
      r"the folder holds no single checkpoint"),
     ("from-pretrained-misfit", lambda: _from_pretrained(_folder(_GPT2_JSON, weights={"wte": {"weight": np.zeros((11, 4), np.float32)}})),
      CheckpointError, r"does not fit the GPT2LMHeadModel its config\.json describes: .*missing keys"),
+    ("generate-right-padded", lambda: _generate(attention_mask=np.array([[1, 1, 0]])), ValueError,
+     r"^generate: attention_mask has a 0 after a 1 in row 0 \(a right-padded prompt.*pad prompts on the left"),
+    ("save-pretrained-wrapped", lambda: _save_pretrained(__import__("purelayers.lora", fromlist=["x"]).wrap(_gpt2(), ["c_attn"])), ValueError,
+     r"^save_pretrained: model is LoRA-wrapped; .*lora\.merge\(lmodel, params\).*lora\.save_adapter"),
+    ("save-pretrained-no-tokenizer", lambda: _save_pretrained(_gpt2(), tokenizer_from=_tmp()), ValueError,
+     r"^save_pretrained: tokenizer_from=.* holds none of the tokenizer files tokenizer\.json, "),
+    ("causal-lm-loss-shape", lambda: _sft().causal_lm_loss(jnp.zeros((1, 3, 5)), jnp.zeros((1, 4), int)), ValueError,
+     r"^causal_lm_loss: labels must be shaped like logits without the vocab axis, expected \(1, 3\), got \(1, 4\)$"),
+    ("sft-max-length", lambda: _sft_batch([("a", "b")], max_length=0), ValueError,
+     r"^sft_batch: max_length must be a positive int, got 0$"),
+    ("sft-choice", lambda: _sft_batch([("a", "b")], padding_side="middle"), ValueError,
+     r"^sft_batch: padding_side must be one of \('right', 'left'\), got 'middle'$"),
+    ("sft-empty", lambda: _sft_batch([]), ValueError, r"^sft_batch: examples is empty$"),
+    ("sft-missing-field", lambda: _sft_batch([("a", "b"), {"prompt": "a"}]), ValueError,
+     r"^sft_batch: example 1 has no 'response' \(keys: \['prompt'\]\)$"),
+    ("sft-not-a-pair", lambda: _sft_batch(["ab"]), ValueError,
+     r"^sft_batch: example 0 must be a \(prompt, response\) pair or a dict with 'prompt' and 'response', got str$"),
+    ("sft-not-text", lambda: _sft_batch([("a", 3)]), ValueError,
+     r"^sft_batch: example 0's response must be a string, got int$"),
+    ("sft-no-pad", lambda: _sft_batch([("a", "b")], tokenizer=_ToyTokenizer(eos=None)), ValueError,
+     r"^sft_batch: the tokenizer has neither a pad_token_id nor an eos_token_id; pass pad_token_id=$"),
+    ("sft-too-long", lambda: _sft_batch([("a", "b"), ("a", "b" * 20)], max_length=25), ValueError,
+     r"^sft_batch: example 1 is 40 tokens, more than max_length=25 \(prompt 'a'\); raise max_length or pass truncation='right'$"),
+    ("sft-prompt-fills", lambda: _sft_batch([("a" * 30, "b")], max_length=20, truncation="right"), ValueError,
+     r"^sft_batch: example 0's prompt fills max_length=20 tokens, leaving no response token to train on"),
+    ("sft-template-not-prefix", lambda: _sft_batch([("a", "b")], tokenizer=_ToyTokenizer(odd=True)), ValueError,
+     r"^encode_chat: the chat template's rendering of the prompt \(add_generation_prompt=True\) is not a prefix"),
 ]
 # fmt: on
 CATALOG += registry.ERRORS  # each registry case's own entries (``Case.errors``)

@@ -393,7 +393,12 @@ def test_gpt2_adapter_round_trips_with_peft(torch, peft, gpt2, tmp_path):
     assert config["fan_in_fan_out"] is True and config["r"] == 4
     assert config["target_modules"] == list(lmodel.target_modules)
     reference = peft.LoraConfig(
-        r=4, lora_alpha=16, target_modules=list(lmodel.target_modules), fan_in_fan_out=True
+        r=4,
+        lora_alpha=16,
+        target_modules=list(lmodel.target_modules),
+        fan_in_fan_out=True,
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=model.name_or_path,
     ).to_dict()
     skip = {"target_modules", "inference_mode", "peft_type"}
     assert set(config) <= set(reference)

@@ -321,14 +321,25 @@ def _peft_targets(lmodel: LoraModel) -> list[str] | str:
     return list(lmodel.target_modules)
 
 
-def _peft_config(lmodel: LoraModel, base_model_name_or_path: str | None) -> dict[str, Any]:
+def _task_type(model: Layer) -> str | None:
+    """PEFT's ``task_type`` for the base model: the class's ``peft_task_type`` where it
+    names one, ``CAUSAL_LM`` for a causal LM (a model with ``init_cache``), else none."""
+    named = getattr(type(model), "peft_task_type", None)
+    if named is not None:
+        return named
+    return "CAUSAL_LM" if callable(getattr(model, "init_cache", None)) else None
+
+
+def _peft_config(
+    lmodel: LoraModel, base_model_name_or_path: str | None, task_type: str | None
+) -> dict[str, Any]:
     """What ``peft.LoraConfig(...).to_dict()`` holds for these settings (the fields every
     PEFT release since 0.9 reads), with the matched paths as ``target_modules``."""
     linears = [m.base for m in lmodel.adapters().values() if isinstance(m, LoraLinear)]
     fan_in_fan_out = bool(linears) and all(b.transposed for b in linears)
     return {
         "peft_type": "LORA",
-        "task_type": None,
+        "task_type": task_type,
         "base_model_name_or_path": base_model_name_or_path,
         "revision": None,
         "inference_mode": True,
@@ -361,6 +372,7 @@ def save_adapter(
     params: Params,
     *,
     base_model_name_or_path: str | None = None,
+    task_type: str | None = None,
 ) -> Path:
     """Write PEFT's adapter folder: ``peft.PeftModel.from_pretrained(base, path)`` loads
     it onto the torch model whose ``state_dict`` names ``lmodel.model``'s params carry.
@@ -368,15 +380,21 @@ def save_adapter(
     ``adapter_model.safetensors`` holds the adapter arrays only, named
     ``base_model.model.<target>.lora_A.weight`` (per block; in their dtype);
     ``adapter_config.json`` PEFT's ``LoraConfig`` fields with the matched paths as
-    ``target_modules`` and ``fan_in_fan_out`` true for transposed (GPT-2) Linears. The
-    folder is created if needed; each file is written atomically, and nothing is
-    written when a check fails.
+    ``target_modules`` and ``fan_in_fan_out`` true for transposed (GPT-2) Linears, its
+    ``task_type`` and ``base_model_name_or_path``: with both,
+    ``peft.AutoPeftModelForCausalLM.from_pretrained(path)`` loads the base model and the
+    adapter by itself. The folder is created if needed; each file is written atomically,
+    and nothing is written when a check fails.
 
     Args:
       path: the folder.
       lmodel: the ``LoraModel``.
       params: its params (from ``init``, ``load_adapter``, or training).
-      base_model_name_or_path: recorded in the config (``None`` by default).
+      base_model_name_or_path: the base model's folder or Hub id, recorded in the
+        config. Default: where ``M.from_pretrained`` loaded ``lmodel.model`` from (its
+        ``name_or_path``), else ``None``.
+      task_type: PEFT's task type (``"CAUSAL_LM"``, ``"SEQ_CLS"``, ...). Default: the
+        model's (``"CAUSAL_LM"`` for the causal LMs), else ``None``.
 
     Returns:
       the folder.
@@ -391,7 +409,12 @@ def save_adapter(
             "missing); pass the params lora.init or lora.load_adapter returns"
         )
     tensors = _params.unflatten({_PREFIX + n: flat[n] for n in names})
-    text = json.dumps(_peft_config(lmodel, base_model_name_or_path), indent=2, sort_keys=True)
+    if base_model_name_or_path is None:
+        base_model_name_or_path = getattr(lmodel.model, "name_or_path", None)
+    if task_type is None:
+        task_type = _task_type(lmodel.model)
+    config = _peft_config(lmodel, base_model_name_or_path, task_type)
+    text = json.dumps(config, indent=2, sort_keys=True)
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     _params.save(folder / ADAPTER_WEIGHTS_NAME, tensors)

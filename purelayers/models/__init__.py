@@ -4,7 +4,9 @@ the dotted names equal the keys of the reference library's ``model.safetensors``
 
 ``from_pretrained(folder)`` returns ``(model, params)``; ``save_pretrained(folder,
 model, params)`` writes a folder transformers loads; ``generate`` decodes causal LMs
-with one jitted prefill and one jitted decode step over a fixed-shape cache.
+with one jitted prefill and one jitted decode step over a fixed-shape cache;
+``causal_lm_loss`` and ``sft_batch`` (prompt/response pairs through a chat template into
+masked batches) train them.
 """
 
 from purelayers.models._hub import from_pretrained, save_pretrained
@@ -29,9 +31,11 @@ from purelayers.models.llama import (
 from purelayers.models.olmo2 import Olmo2Config, Olmo2ForCausalLM
 from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
+from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
 from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
+    "IGNORE_INDEX",
     "BasicBlock",
     "BertConfig",
     "BertModel",
@@ -57,10 +61,13 @@ __all__ = [
     "ResNet",
     "ViTConfig",
     "ViTModel",
+    "causal_lm_loss",
+    "encode_chat",
     "from_pretrained",
     "generate",
     "resnet18",
     "resnet34",
     "resnet50",
     "save_pretrained",
+    "sft_batch",
 ]

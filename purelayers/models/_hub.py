@@ -25,6 +25,18 @@ from purelayers.models.config import _thawed
 __all__ = ["MODEL_TYPES", "from_pretrained", "save_pretrained"]
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # bytes, as transformers' "5GB"
+# what ``save_pretrained(..., tokenizer_from=folder)`` copies, where the folder has them
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
 
 
 def _model_types() -> dict[str, type]:
@@ -124,7 +136,10 @@ def from_pretrained(
     ``model.generation_config``): its ``eos_token_id`` and ``pad_token_id`` are what
     ``generate`` stops and pads with, in place of ``config.json``'s, as transformers'
     ``generate`` does (the config stays ``config.json``'s). A config that cannot be read
-    is a ``ValueError`` naming the file.
+    is a ``ValueError`` naming the file. The model remembers ``path`` as its
+    ``name_or_path`` attribute (transformers' ``model.name_or_path``; not a dataclass
+    field, so it takes no part in equality), which ``lora.save_adapter`` records as the
+    adapter's base model.
 
     Args:
       path: the folder.
@@ -154,6 +169,7 @@ def from_pretrained(
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
     except ValueError as e:
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: {e}") from None
+    object.__setattr__(model, "name_or_path", str(path))  # transformers' model.name_or_path
     real = _params.abstract(model, model.example_shape())
     tensors = _io.scan(folder)[0]
     aliases = model.aliases()
@@ -244,6 +260,7 @@ def save_pretrained(
     params: Any,
     *,
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+    tokenizer_from: str | os.PathLike | None = None,
 ) -> Path:
     """Write a folder that transformers' ``from_pretrained`` (and ours) loads.
 
@@ -253,8 +270,32 @@ def save_pretrained(
     ``model.safetensors.index.json``. Tied weights are written once, under the
     original's name, as transformers writes them. A causal LM's ``generation_config``
     (the ``generation_config.json`` ``from_pretrained`` read, sampling defaults and all)
-    is written back as it was. Returns the folder.
+    is written back as it was. ``tokenizer_from`` (a folder, usually the one the model
+    was loaded from): its tokenizer files (``TOKENIZER_FILES``: ``tokenizer.json``,
+    ``tokenizer_config.json``, ``special_tokens_map.json``, the chat template files, a
+    slow tokenizer's vocabulary) are copied beside the weights, so
+    ``AutoTokenizer.from_pretrained(folder)`` works on the result. Returns the folder.
+
+    Raises:
+      ValueError: a LoRA-wrapped model (its adapters would be saved as unknown names
+        and lost on load: ``lora.merge`` it first, or ``lora.save_adapter`` the
+        adapter), or a ``tokenizer_from`` folder holding no tokenizer file.
     """
+    if type(model).__name__ == "LoraModel":
+        raise ValueError(
+            "save_pretrained: model is LoRA-wrapped; its adapters are not names transformers "
+            "(or from_pretrained) loads. Save `lora.merge(lmodel, params)`'s model and params "
+            "for a plain folder, or `lora.save_adapter(path, lmodel, params)` for PEFT"
+        )
+    tokenizer_files = []
+    if tokenizer_from is not None:
+        source = Path(tokenizer_from)
+        tokenizer_files = [source / n for n in TOKENIZER_FILES if (source / n).is_file()]
+        if not tokenizer_files:
+            raise ValueError(
+                f"save_pretrained: tokenizer_from={str(source)!r} holds none of the tokenizer "
+                f"files {', '.join(TOKENIZER_FILES)}"
+            )
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     floating = {
@@ -281,9 +322,15 @@ def save_pretrained(
     if getattr(model, "generation_config", None) is not None:
         generation = _thawed(model.generation_config)
         files["generation_config.json"] = json.dumps(generation, indent=2, sort_keys=True) + "\n"
+    for file in tokenizer_files:
+        if file.resolve() != (folder / file.name).resolve():
+            files[file.name] = file.read_bytes()
     for name, content in files.items():
         with _atomic.Temporary(folder / name) as tmp:
-            tmp.file.write_text(content, encoding="utf-8")
+            if isinstance(content, bytes):
+                tmp.file.write_bytes(content)
+            else:
+                tmp.file.write_text(content, encoding="utf-8")
             tmp.finish()
             tmp.commit()
     return folder

@@ -214,6 +214,11 @@ def generate(
     scanning the stacked weights (GPT-2-small at batch 1), for memory holding the
     blocks' weights twice while generating; ``False`` decodes from the stacked weights.
 
+    Prompts must be padded on the left: an ``attention_mask`` row with a 0 after a 1 (a
+    right-padded prompt) is a ``ValueError``. A LoRA-wrapped model (``lora.wrap``) runs
+    as it is, un-merged: each targeted layer adds its adapter's product at every step;
+    ``lora.merge`` first folds the adapters into the weights, for the base model's speed.
+
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
     """
@@ -257,6 +262,15 @@ def generate(
     if mask.shape != ids.shape:
         raise ValueError(
             f"generate: attention_mask must be shaped like input_ids {ids.shape}, got {mask.shape}"
+        )
+    host_mask = np.asarray(mask) != 0
+    after_token = np.logical_and.accumulate(~host_mask, axis=1) == 0  # from a row's first 1 on
+    gaps = np.nonzero((after_token & ~host_mask).any(axis=1))[0]
+    if gaps.size:
+        raise ValueError(
+            f"generate: attention_mask has a 0 after a 1 in row {int(gaps[0])} (a right-padded "
+            "prompt, whose new tokens would follow the padding): pad prompts on the left "
+            "(tokenizer.padding_side = 'left', or sft_batch(..., padding_side='left'))"
         )
     slot_mask = jnp.concatenate(
         [mask.astype(jnp.int32), jnp.ones((b, max_new_tokens), jnp.int32)], 1
