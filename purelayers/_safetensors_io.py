@@ -258,14 +258,16 @@ def _ordered(names: list[str], meta: Mapping[str, str]) -> list[str]:
     return names
 
 
-def _open(path: Path, read: Callable[[Any], Any], handle: Handle | None = None) -> Any:
+def _open(path: Path, read: Callable[..., Any], held: bool = False) -> Any:
     """``read(f)`` on the file opened with ``safe_open``; every failure names ``path``.
-    With ``handle`` (the file opened once), the package reads that very file, through
-    ``/proc/self/fd`` where the system has it."""
+    With ``held``, the file is opened once (a ``Handle``), the package reads that very
+    file (through ``/proc/self/fd`` where the system has it), and ``read(f, handle)``
+    gets the handle."""
     try:
+        handle = Handle(path) if held else None
         _check_size(path, None if handle is None else handle.fd)
         with safetensors.safe_open(handle.path if handle else path, framework="numpy") as f:
-            return read(f)
+            return read(f, handle) if held else read(f)
     except (safetensors.SafetensorError, OSError) as e:
         raise CheckpointError(path, _problem(e)) from e
 
@@ -277,10 +279,7 @@ class Handle:
     sees: it reads the whole file it opened, old or new, never a mix."""
 
     def __init__(self, path: Path):
-        try:
-            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError as e:
-            raise CheckpointError(path, _problem(e)) from e
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         proc = Path(f"/proc/self/fd/{self.fd}")
         self.path = proc if proc.exists() else path  # (elsewhere: the name, as before)
 
@@ -473,8 +472,7 @@ def scan_file(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     The file is opened once (``Handle``): the header is read from it and every tensor's
     data too, however long after, whatever a save does to ``path`` meanwhile.
     """
-    handle = Handle(Path(path))
-    return _open(Path(path), lambda f: _scan_tensors(Path(path), f, handle), handle)
+    return _open(Path(path), lambda f, handle: _scan_tensors(Path(path), f, handle), held=True)
 
 
 def read_metadata(path: Path) -> dict[str, str]:
@@ -550,7 +548,10 @@ def scan_sharded(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 
 def _scan_sharded_once(path: Path) -> tuple[dict[str, Tensor], dict[str, str]] | None:
     """``scan_sharded``'s one try; None when a save replaced the index meanwhile."""
-    held = Handle(path)  # the index as it is now: compared with the name's file at the end
+    try:  # the index as it is now: compared with the name's file at the end
+        held = Handle(path)
+    except FileNotFoundError:  # replaced by a single-file save meanwhile: resolve again
+        return None
 
     def replaced() -> bool:
         return _stat(path) != held.identity()

@@ -27,6 +27,7 @@ import numpy as np
 
 from purelayers import _safetensors_io as _io
 from purelayers._labels import label, mask, matches
+from purelayers._like import check_like
 from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
 from purelayers._safetensors_io import to_numpy as _to_numpy
 from purelayers._save import save
@@ -47,6 +48,7 @@ __all__ = [
     "IncompatibleKeys",
     "Stacked",
     "abstract",
+    "check_like",
     "count",
     "flatten",
     "label",
