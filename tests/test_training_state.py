@@ -133,6 +133,15 @@ def test_check_like_names_the_first_mismatches():
         pl.params.check_like(tree, wider)
 
 
+def test_flax_refuses_a_state_that_is_not_a_stacked_nodes():
+    params = _repeat()
+    state = fs.to_state_dict(params)
+    assert set(state["1"]) == {"tree"}
+    state["1"] = {"weight": state["1"]["tree"]["weight"]}
+    with pytest.raises(ValueError, match=r"a Stacked node's state is \{'tree': ...\}, got"):
+        fs.from_state_dict(params, state)
+
+
 @pytest.mark.parametrize("sharded", [False, True])
 def test_concurrent_saves_and_loads_read_whole_checkpoints(tmp_path, sharded):
     path = tmp_path / ("ck" if sharded else "ck.safetensors")
