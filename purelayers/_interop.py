@@ -22,9 +22,11 @@ from typing import Any
 _MODULE = "flax.serialization"
 
 
-def _register(module: Any) -> None:
-    from purelayers.trees import Stacked
+_STACKED: list[type] = []  # the class to register (install's argument)
 
+
+def _register(module: Any) -> None:
+    (Stacked,) = _STACKED
     if module.is_serializable(Stacked):
         return
 
@@ -72,8 +74,10 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install() -> None:
-    """Register ``Stacked`` with ``flax.serialization`` now or when it is imported."""
+def install(stacked: type) -> None:
+    """Register ``stacked`` (``trees.Stacked``) with ``flax.serialization`` now or when
+    it is imported."""
+    _STACKED[:] = [stacked]
     if _MODULE in sys.modules:
         _register(sys.modules[_MODULE])
     elif not any(isinstance(f, _Finder) for f in sys.meta_path):

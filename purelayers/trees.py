@@ -318,4 +318,4 @@ def fill(template: Any, get: Get) -> Any:
 # flax.serialization learns Stacked when (and if) it is imported
 from purelayers import _interop  # noqa: E402
 
-_interop.install()
+_interop.install(Stacked)
