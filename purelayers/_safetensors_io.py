@@ -203,12 +203,16 @@ def write_sharded(
 # -- reading ---------------------------------------------------------------------------
 
 
-def _check_size(path: Path) -> None:
+def _check_size(path: Path, fd: int | None = None) -> None:
     """The first 8 bytes (the header's length) against the file's size, for a clear
-    message on empty, truncated and foreign files before the package parses them."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        prefix = f.read(8)
+    message on empty, truncated and foreign files before the package parses them
+    (read through ``fd``, the file already open, where given)."""
+    if fd is None:
+        with open(path, "rb") as f:
+            _check_size(path, f.fileno())
+        return
+    size = os.fstat(fd).st_size
+    prefix = os.pread(fd, 8, 0)
     if size < 8:
         what = "empty" if size == 0 else f"only {size} bytes long"
         raise CheckpointError(
@@ -254,14 +258,39 @@ def _ordered(names: list[str], meta: Mapping[str, str]) -> list[str]:
     return names
 
 
-def _open(path: Path, read: Callable[[Any], Any]) -> Any:
-    """``read(f)`` on the file opened with ``safe_open``; every failure names ``path``."""
+def _open(path: Path, read: Callable[..., Any], held: bool = False) -> Any:
+    """``read(f)`` on the file opened with ``safe_open``; every failure names ``path``.
+    With ``held``, the file is opened once (a ``Handle``), the package reads that very
+    file (through ``/proc/self/fd`` where the system has it), and ``read(f, handle)``
+    gets the handle."""
     try:
-        _check_size(path)
-        with safetensors.safe_open(path, framework="numpy") as f:
-            return read(f)
+        handle = Handle(path) if held else None
+        _check_size(path, None if handle is None else handle.fd)
+        with safetensors.safe_open(handle.path if handle else path, framework="numpy") as f:
+            return read(f, handle) if held else read(f)
     except (safetensors.SafetensorError, OSError) as e:
         raise CheckpointError(path, _problem(e)) from e
+
+
+class Handle:
+    """A checkpoint file opened once for reading, closed when the last ``Tensor`` of
+    it is gone. Every read of the checkpoint goes through this descriptor, so a save
+    that replaces the file meanwhile (a rename over it) changes nothing the reader
+    sees: it reads the whole file it opened, old or new, never a mix."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        proc = Path(f"/proc/self/fd/{self.fd}")
+        self.path = proc if proc.exists() else path  # (elsewhere: the name, as before)
+
+    def identity(self) -> tuple[int, ...]:
+        return _identity(os.fstat(self.fd))
+
+    def __del__(self) -> None:
+        fd, self.fd = getattr(self, "fd", -1), -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 _CHUNK_BYTES = 16 << 20  # a read copies at most this much file data between releases
@@ -308,6 +337,7 @@ class Tensor(NamedTuple):
     shape: tuple[int, ...]
     offset: int  # of its first byte in the file
     identity: tuple[int, ...] = ()  # the file's (device, inode, size, mtime) when scanned
+    handle: Handle | None = None  # the file as opened when scanned: reads go through it
 
     @property
     def nbytes(self) -> int:
@@ -329,28 +359,36 @@ class Tensor(NamedTuple):
         if out is None:
             out = owned(shape, dtype)
         if out.size:
-            try:
-                f = open(self.file, "rb")  # noqa: SIM115 (closed by the with below)
-            except FileNotFoundError:  # a shard a new save's index no longer names
-                raise CheckpointError(
-                    self.file,
-                    "is gone since the checkpoint's header was read (replaced by a save?); "
-                    "load it again",
-                ) from None
-            with f:
-                if self.identity and _identity(os.fstat(f.fileno())) != self.identity:
-                    raise CheckpointError(
-                        self.file,
-                        "changed since its header was read (replaced or rewritten, by a "
-                        "save?); load it again",
-                    )
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if self.handle is not None:
+                mm = mmap.mmap(self.handle.fd, 0, access=mmap.ACCESS_READ)
+            else:
+                mm = self._map_by_name()
             try:
                 self._copy(mm, select, out)
             finally:
                 with contextlib.suppress(BufferError):  # views kept alive by a traceback
                     mm.close()
         return out
+
+    def _map_by_name(self) -> mmap.mmap:
+        """The file mapped by its name (a ``Tensor`` made without a handle), refused
+        when it is no longer the file its header was read from."""
+        try:
+            f = open(self.file, "rb")  # noqa: SIM115 (closed by the with below)
+        except FileNotFoundError:
+            raise CheckpointError(
+                self.file,
+                "is gone since the checkpoint's header was read (replaced by a save?); "
+                "load it again",
+            ) from None
+        with f:
+            if self.identity and _identity(os.fstat(f.fileno())) != self.identity:
+                raise CheckpointError(
+                    self.file,
+                    "changed since its header was read (replaced or rewritten, by a "
+                    "save?); load it again",
+                )
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def _copy(self, mm: mmap.mmap, select: Any, out: np.ndarray) -> None:
         whole = np.frombuffer(mm, self.dtype.newbyteorder("<"), math.prod(self.shape), self.offset)
@@ -394,20 +432,19 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _header(path: Path) -> tuple[dict[str, Any], int, tuple[int, ...]]:
+def _header(handle: Handle) -> tuple[dict[str, Any], int, tuple[int, ...]]:
     """The parsed JSON header of a file the package has already validated, where its
     data starts, and the file's identity."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n).decode("utf-8"))
-        return header, 8 + n, _identity(os.fstat(f.fileno()))
+    n = int.from_bytes(os.pread(handle.fd, 8, 0), "little")
+    header = json.loads(os.pread(handle.fd, n, 8).decode("utf-8"))
+    return header, 8 + n, handle.identity()
 
 
-def _scan_tensors(path: Path, f: Any) -> tuple[dict[str, Tensor], dict[str, str]]:
+def _scan_tensors(path: Path, f: Any, handle: Handle) -> tuple[dict[str, Tensor], dict[str, str]]:
     meta = dict(f.metadata() or {})
     names = _ordered(f.offset_keys(), meta)
     meta.pop(ORDER_KEY, None)
-    header, start, identity = _header(path)
+    header, start, identity = _header(handle)
     foreign = {n: header[n]["dtype"] for n in names if header[n]["dtype"] not in DTYPES}
     if foreign:
         raise CheckpointError(
@@ -420,6 +457,7 @@ def _scan_tensors(path: Path, f: Any) -> tuple[dict[str, Tensor], dict[str, str]
             tuple(int(d) for d in header[n]["shape"]),
             start + int(header[n]["data_offsets"][0]),
             identity,
+            handle,
         )
         for n in names
     }
@@ -431,8 +469,10 @@ def scan_file(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 
     The header is validated by the ``safetensors`` package (offsets, sizes, coverage of
     the file); ``CheckpointError`` names ``path`` for anything but a well-formed file.
+    The file is opened once (``Handle``): the header is read from it and every tensor's
+    data too, however long after, whatever a save does to ``path`` meanwhile.
     """
-    return _open(Path(path), lambda f: _scan_tensors(Path(path), f))
+    return _open(Path(path), lambda f, handle: _scan_tensors(Path(path), f, handle), held=True)
 
 
 def read_metadata(path: Path) -> dict[str, str]:
@@ -486,43 +526,63 @@ def _stat(path: Path) -> tuple[int, ...] | None:
         return None
 
 
+_RETRIES = 20  # reads of a sharded checkpoint that saves keep replacing, before giving up
+
+
 def scan_sharded(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     """Every tensor named by an index (unread), in the index's order, from its shards.
 
-    A shard that is missing or unreadable while the index itself changed since it was
-    read (a save replaced the checkpoint meanwhile) is a ``CheckpointError`` saying to
-    load again, not that the checkpoint is damaged."""
-    before = _stat(path)
+    One consistent checkpoint: the index is held open while its shards are opened
+    (each once, ``scan_file``), and if the index at ``path`` is another file by then
+    (a save replaced the checkpoint meanwhile; a save never touches the shards the
+    current index names), the read starts again, up to ``_RETRIES`` times. A shard
+    missing from an index that did not change is a ``CheckpointError`` naming it."""
+    for _ in range(_RETRIES):
+        found = _scan_sharded_once(path)
+        if found is not None:
+            return found
+    raise CheckpointError(
+        path, f"was replaced by a save during each of {_RETRIES} reads of its shards"
+    )
+
+
+def _scan_sharded_once(path: Path) -> tuple[dict[str, Tensor], dict[str, str]] | None:
+    """``scan_sharded``'s one try; None when a save replaced the index meanwhile."""
+    try:  # the index as it is now: compared with the name's file at the end
+        held = Handle(path)
+    except FileNotFoundError:  # replaced by a single-file save meanwhile: resolve again
+        return None
+
+    def replaced() -> bool:
+        return _stat(path) != held.identity()
+
     weight_map = read_index(path)
+    if replaced():
+        return None
     by_shard: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
         by_shard.setdefault(shard, []).append(name)
     tensors: dict[str, Tensor] = {}
     meta: dict[str, str] = {}
-
-    def unchanged() -> None:
-        if _stat(path) != before:
-            raise CheckpointError(
-                path, "was replaced while its shards were read (by a save?); load it again"
-            )
-
     for shard, names in by_shard.items():
         file = path.parent / shard
-        if not file.is_file():
-            unchanged()
-            raise CheckpointError(
-                path,
-                f"shard {file} is missing; the index maps {len(names)} names to it "
-                f"(first: {names[0]!r})",
-            )
         try:
             got, got_meta = scan_file(file)
         except CheckpointError:
-            unchanged()
+            if replaced():
+                return None
+            if not file.is_file():
+                raise CheckpointError(
+                    path,
+                    f"shard {file} is missing; the index maps {len(names)} names to it "
+                    f"(first: {names[0]!r})",
+                ) from None
             raise
         absent = [n for n in names if n not in got]
         extra = [n for n in got if weight_map.get(n) != shard]
         if absent or extra:
+            if replaced():
+                return None
             raise CheckpointError(
                 file,
                 "does not match the index "
@@ -531,6 +591,8 @@ def scan_sharded(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
             )
         tensors.update(got)
         meta = meta or got_meta
+    if replaced():  # a shard opened above may be the next save's: read it all again
+        return None
     return {name: tensors[name] for name in weight_map}, meta
 
 

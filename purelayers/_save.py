@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from purelayers import _safetensors_io as _io
-from purelayers._tree import model_aliases
+from purelayers._tree import key_data, model_aliases
 from purelayers.trees import flatten, merge, unflatten
 
 __all__ = ["save"]
@@ -95,8 +95,8 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
 
 def save(
     path: str | os.PathLike,
-    params: Mapping[str, Any],
-    state: Mapping[str, Any] | None = None,
+    params: Any,
+    state: Any = None,
     *,
     metadata: Mapping[str, str] | None = None,
     max_shard_bytes: int | None = None,
@@ -109,6 +109,11 @@ def save(
     ``torch_model.load_state_dict(safetensors.torch.load_file(path))`` accepts the file
     unchanged. Dtypes are kept (``bfloat16`` included), except that integer
     ``num_batches_tracked`` counters are written as ``int64``, as torch stores them.
+
+    Any pytree of arrays saves under the names of its key path (``flatten``): an optax
+    state's names are ``1.0.mu.model.layers.0.self_attn.q_proj.lora_A.weight`` (a
+    ``chain``'s index, a namedtuple's field, then the params' names), and a typed PRNG
+    key (``jax.random.key``) is stored as its key data (``load_into`` wraps it back).
 
     Saving is atomic: each file is written under a temporary name in the same folder,
     fsynced, then renamed over the final name. A failure part-way leaves any earlier
@@ -152,7 +157,7 @@ def save(
         (without ``max_shard_bytes``).
     """
     meta = _check_metadata(metadata)
-    flat = flatten(merge(params, state))
+    flat = flatten(merge(key_data(params), key_data(state)))
     if write_aliases:
         if model is None:
             raise ValueError("save: write_aliases=True needs model= (the layer that ties them)")

@@ -27,13 +27,16 @@ import numpy as np
 
 from purelayers import _safetensors_io as _io
 from purelayers._labels import label, mask, matches
+from purelayers._like import check_like
 from purelayers._rename import PURELAYERS_TO_TORCH_MHA, TORCH_MHA_TO_PURELAYERS, rename
 from purelayers._safetensors_io import to_numpy as _to_numpy
 from purelayers._save import save
 from purelayers._summary import summary
 from purelayers._tree import dtype_of as _dtype
+from purelayers._tree import key_data as _key_data
 from purelayers._tree import model_aliases as _aliases
 from purelayers._tree import specs as _specs
+from purelayers._tree import wrap_keys as _wrap_keys
 from purelayers.errors import CheckpointError
 from purelayers.trees import Stacked, count, fill, flatten, merge, take_block, unflatten
 
@@ -45,6 +48,7 @@ __all__ = [
     "IncompatibleKeys",
     "Stacked",
     "abstract",
+    "check_like",
     "count",
     "flatten",
     "label",
@@ -208,6 +212,7 @@ def _load(
     template: Any, flat: Mapping[str, Any], strict: bool, who: str, model: Any = None
 ) -> tuple[Any, IncompatibleKeys]:
     """The filled tree and the unmatched names; all checks run before any conversion."""
+    like, template = template, _key_data(template)
     names = _specs(template)
     source, keys = _match(
         names,
@@ -219,7 +224,7 @@ def _load(
     )
     _refuse_abstract_missing([template], keys.missing_keys, who)
     _refuse_non_numbers(flat, source.values(), who)
-    return fill(template, _filler(flat, source)), keys
+    return _wrap_keys(fill(template, _filler(flat, source)), like), keys
 
 
 def _refuse_non_numbers(flat: Mapping[str, Any], names: Any, who: str) -> None:
@@ -433,8 +438,8 @@ def load_metadata(path: str | os.PathLike) -> dict[str, str]:
 
 def load_into(
     path: str | os.PathLike,
-    params: Mapping[str, Any],
-    state: Mapping[str, Any] | None = None,
+    params: Any,
+    state: Any = None,
     *,
     strict: bool = True,
     return_keys: bool = False,
@@ -452,6 +457,12 @@ def load_into(
     ``load_state_dict`` describes (a file with or without the alias): those of
     ``model``, and those a file written by ``save(..., write_aliases=True)`` records.
 
+    Any pytree of arrays is a template, not only params: an optax state (namedtuples
+    named by field, ``chain``'s tuples numbered, ``multi_transform``'s dict of states;
+    ``MaskedNode`` and empty states hold no names), a step counter, a typed PRNG key
+    (``jax.random.key``: its key data is stored, and it comes back a typed key of the
+    template's impl). The result has the template's exact tree structure.
+
     Returns:
       ``params``; ``(params, state)`` when a ``state`` template is given; with
       ``return_keys=True``, the same with ``IncompatibleKeys`` appended.
@@ -468,9 +479,11 @@ def load_into(
     """
     flat, meta = _io.scan(path)
     who = f"load_into({os.fspath(path)!r})"
-    names = _specs(params)
-    if state is not None:
-        names.update(_specs(state))
+    templates = [params] if state is None else [params, state]
+    data = [_key_data(t) for t in templates]  # typed keys: their key data is stored
+    names: dict[str, Any] = {}
+    for tree in data:
+        names.update(_specs(tree))
     source, keys = _match(
         names,
         flat,
@@ -479,11 +492,9 @@ def load_into(
         aliases={**_io.aliases(meta), **_aliases(model, who)},
         equal=_equal_values(flat),
     )
-    _refuse_abstract_missing([params] if state is None else [params, state], keys.missing_keys, who)
+    _refuse_abstract_missing(data, keys.missing_keys, who)
     get = _filler(flat, source)
-    result: tuple = (fill(params, get),)
-    if state is not None:
-        result += (fill(state, get),)
+    result = tuple(_wrap_keys(fill(d, get), t) for d, t in zip(data, templates, strict=True))
     if return_keys:
         return (*result, keys)
     if not strict:

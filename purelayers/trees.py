@@ -31,16 +31,18 @@ __all__ = [
 ]
 
 
-class BlockKey:
+class BlockKey(jax.tree_util.GetAttrKey):
     """The key-path entry of a ``Stacked`` node: it stands for every block at once.
 
-    ``str()`` is ``"*"``; ``purelayers.sharding`` resolves rules on block ``0``'s name
-    and leaves the stacked axis unsplit.
+    It is a ``jax.tree_util.GetAttrKey`` of the attribute ``tree`` (what
+    ``getattr(stacked, "tree")`` gives), so libraries that walk key paths (orbax,
+    optax, ``jax.tree_util.keystr``) read it as a plain attribute; ``n`` is the number
+    of blocks. ``str()`` is ``"*"``; ``purelayers.sharding`` resolves rules on block
+    ``0``'s name and leaves the stacked axis unsplit.
     """
 
-    __slots__ = ("n",)
-
     def __init__(self, n: int):
+        super().__init__("tree")
         self.n = n
 
     def __repr__(self) -> str:
@@ -148,34 +150,55 @@ def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-def _items(tree: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-    items = tree.items() if isinstance(tree, Mapping) else enumerate(tree)
-    for k, v in items:
-        k = str(k)
-        if not k or "." in k:
-            raise ValueError(
-                f"flatten: key {k!r} under {prefix or 'the root'!r} cannot be a checkpoint "
-                "name component (empty or containing '.')"
-            )
-        yield k, v
+def key_name(key: Any) -> str:
+    """The name component of one key-path entry: a dict key, a sequence index, an
+    attribute (a namedtuple's field) or a flattened index."""
+    for attr in ("key", "idx", "name"):  # DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _children(tree: Any) -> list[tuple[str, Any]] | None:
+    """``tree``'s named children one level down (a Mapping in its own order, others in
+    their pytree order, a namedtuple by field), or None for a leaf."""
+    if isinstance(tree, Mapping):
+        return [(str(k), v) for k, v in tree.items()]
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        return [(str(i), v) for i, v in enumerate(tree)]
+    entries, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: x is not tree)
+    if len(entries) == 1 and entries[0][0] == ():
+        return None
+    return [(".".join(key_name(k) for k in path), v) for path, v in entries]
 
 
 def _walk(tree: Any, prefix: str = "", index: tuple[int, ...] = ()) -> Iterator[tuple[str, Any]]:
     if isinstance(tree, Stacked):
         for i in range(tree.n):
             yield from _walk(tree.tree, _join(prefix, str(i)), (*index, i))
-    elif isinstance(tree, (Mapping, list, tuple)):
-        for k, v in _items(tree, prefix):
-            yield from _walk(v, _join(prefix, k), index)
-    elif tree is not None:
+        return
+    if tree is None:
+        return
+    children = _children(tree)
+    if children is None:
         yield prefix, take_block(tree, index)
+        return
+    for k, v in children:
+        if not k or "." in k:
+            raise ValueError(
+                f"flatten: key {k!r} under {prefix or 'the root'!r} cannot be a checkpoint "
+                "name component (empty or containing '.')"
+            )
+        yield from _walk(v, _join(prefix, k), index)
 
 
 def flatten(tree: Any) -> dict[str, Any]:
     """``{"dotted.name": array}`` in the tree's iteration order.
 
     A freshly initialized tree iterates in registration order, so this lists names
-    exactly as PyTorch's ``state_dict()`` does. Lists and tuples are numbered. A
+    exactly as PyTorch's ``state_dict()`` does. Lists and tuples are numbered,
+    namedtuples (optax's states) named by field, other pytree nodes by their key-path
+    entries; ``None`` and empty nodes hold no names. A
     ``Stacked`` node (``Repeat``'s blocks) lists each block's names in turn,
     ``0.ln1.weight``, ``0.ln1.bias``, ..., ``1.ln1.weight``, with that block's slice.
 
@@ -272,14 +295,27 @@ def fill(template: Any, get: Get) -> Any:
         if isinstance(tree, Stacked):
             inner = tuple(_join(p, str(i)) for p in prefixes for i in range(tree.n))
             return Stacked(go(tree.tree, inner, (*lead, tree.n)), tree.n)
-        if isinstance(tree, Mapping):
-            return {k: go(v, tuple(_join(p, k) for p in prefixes), lead) for k, v in tree.items()}
-        if isinstance(tree, (list, tuple)):
-            return type(tree)(
-                go(v, tuple(_join(p, str(i)) for p in prefixes), lead) for i, v in enumerate(tree)
-            )
+        if isinstance(tree, Mapping):  # rebuilt in its own order (jax's would sort it)
+            return {
+                k: go(v, tuple(_join(p, str(k)) for p in prefixes), lead) for k, v in tree.items()
+            }
         if tree is None:
             return None
-        return get(prefixes, tree, lead)
+        # any other node (list, tuple, namedtuple, a registered class): its children one
+        # level down, put back with its own treedef
+        entries, treedef = jax.tree_util.tree_flatten_with_path(
+            tree, is_leaf=lambda x: x is not tree
+        )
+        if len(entries) == 1 and entries[0][0] == ():
+            return get(prefixes, tree, lead)
+        return treedef.unflatten(
+            [go(v, tuple(_join(p, key_name(k[0])) for p in prefixes), lead) for k, v in entries]
+        )
 
     return go(template, ("",), ())
+
+
+# flax.serialization learns Stacked when (and if) it is imported
+from purelayers import _interop  # noqa: E402
+
+_interop.install(Stacked)

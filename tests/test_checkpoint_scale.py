@@ -287,10 +287,13 @@ def test_two_processes_saving_one_sharded_folder_leave_one_of_their_checkpoints(
 
 
 @pytest.mark.parametrize("sharded", [False, True])
-def test_a_save_landing_while_a_reader_loads_is_named(tmp_path, monkeypatch, sharded):
-    """A reader that read the header (or index) before a new save landed: the file it
-    reads is another one, or a shard is gone; either way a ``CheckpointError`` saying to
-    load again (before: a bare ``FileNotFoundError`` for a gone shard), never a mix."""
+def test_a_save_landing_while_a_reader_loads_reads_the_old_checkpoint(
+    tmp_path, monkeypatch, sharded
+):
+    """A reader that read the header (or index) before a new save landed reads the
+    checkpoint it opened, whole: each file is opened once, and a save renames new files
+    in, so the opened ones stay as they were (before: a ``CheckpointError`` saying to
+    load again); the next load reads the new one."""
     path = tmp_path / ("ck" if sharded else "ck.safetensors")
     size = {"max_shard_bytes": 1} if sharded else {}
     pl.params.save(path, workers.values(1), **size)
@@ -302,17 +305,16 @@ def test_a_save_landing_while_a_reader_loads_is_named(tmp_path, monkeypatch, sha
         return found
 
     monkeypatch.setattr(pl._safetensors_io, "scan", scan_then_save)
-    with pytest.raises(pl.params.CheckpointError, match=r"load it again"):
-        pl.params.load(path)
+    assert workers.which(pl.params.load(path)) == 1
     monkeypatch.undo()
     assert workers.which(pl.params.load(path)) == 2
 
 
-def test_a_save_landing_between_the_index_and_its_shards_is_named(tmp_path, monkeypatch):
+def test_a_save_landing_between_the_index_and_its_shards_is_read_again(tmp_path, monkeypatch):
     """A reader that read a sharded checkpoint's index just before a new save landed
-    finds the shards it names gone: a ``CheckpointError`` saying to load again (the
-    index changed meanwhile), not one calling a healthy checkpoint damaged ("shard ...
-    is missing"); a shard missing from an unchanged index still says that."""
+    reads the new checkpoint (the index changed meanwhile: the read starts again; before:
+    a ``CheckpointError`` saying to load again), never a mix; a shard missing from an
+    unchanged index still says that it is missing."""
     path = tmp_path / "ck"
     pl.params.save(path, workers.values(1), max_shard_bytes=1)
     read_index = pl._safetensors_io.read_index
@@ -324,10 +326,7 @@ def test_a_save_landing_between_the_index_and_its_shards_is_named(tmp_path, monk
         return found
 
     monkeypatch.setattr(pl._safetensors_io, "read_index", read_then_save)
-    with pytest.raises(
-        pl.params.CheckpointError, match=r"replaced while its shards were read .*load it again"
-    ):
-        pl.params.load(path)
+    assert workers.which(pl.params.load(path)) == 2
     monkeypatch.undo()
     assert workers.which(pl.params.load(path)) == 2
     shard = next(p for p in path.iterdir() if p.name.endswith(".safetensors"))
@@ -396,11 +395,12 @@ def test_abstract_templates_load_params_and_state(tmp_path):
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.array_equal(a, b)), got_state, state))
 
 
-def test_a_file_replaced_between_its_header_and_its_data_is_refused(tmp_path):
+def test_a_file_replaced_between_its_header_and_its_data_reads_the_old_file(tmp_path):
     """A save that replaces the file after a load read its header (a trainer saving
-    while an evaluator loads) is an error naming the file, not other tensors' bytes."""
+    while an evaluator loads): the load reads the file it opened, whole (before: an
+    error naming the file), never other tensors' bytes."""
     path = pl.params.save(tmp_path / "m.safetensors", workers.values(1))
     tensors, _ = pl._safetensors_io.scan(path)
     pl.params.save(path, {"other": {"weight": np.ones((3, 3), np.float32)}})
-    with pytest.raises(pl.params.CheckpointError, match="changed since its header was read"):
-        tensors["0.weight"].read()
+    assert workers.which({k: t.read() for k, t in tensors.items()}) == 1
+    assert list(pl.params.load(path)) == ["other.weight"]

@@ -72,6 +72,8 @@ TESTED_ELSEWHERE = {
     "sharding.py": (20, "tests/test_sharding.py"),
     "_patterns.py": (2, "tests/test_sharding.py (bad rules) and tests/test_labels.py"),
     "_labels.py": (9, "tests/test_labels.py"),
+    "_like.py": (1, "tests/test_training_state.py"),
+    "_interop.py": (1, "tests/test_training_state.py"),
     "layers/_capture.py": (3, "tests/test_capture.py"),
     "lora/__init__.py": (8, "tests/test_lora.py"),
     "lora/_checks.py": (6, "tests/test_lora.py"),
