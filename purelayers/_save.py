@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from purelayers import _safetensors_io as _io
+from purelayers._safetensors_format import CODES
 from purelayers._tree import key_data, model_aliases
 from purelayers.trees import flatten, merge, unflatten
 
@@ -69,10 +70,10 @@ def _entry(name: str, leaf: Any) -> _io.Entry:
         dtype = None
     if dtype is not None and _is_step_counter(name) and dtype.kind in "iu":
         dtype = np.dtype(np.int64)  # torch's dtype for BatchNorm's counter
-    if dtype not in _io.CODES:
+    if dtype not in CODES:
         raise ValueError(
             f"save: {name!r} has dtype {leaf.dtype}, which safetensors cannot store; "
-            f"use one of {sorted(str(d) for d in _io.CODES)}"
+            f"use one of {sorted(str(d) for d in CODES)}"
         )
     return _io.Entry(name, dtype, tuple(int(d) for d in np.shape(leaf)), fetch)
 
