@@ -9,6 +9,7 @@ params are nested dicts whose dotted names are PyTorch ``state_dict`` keys.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -61,6 +62,13 @@ class _LayerType(type):
         freeze_fields(layer, Layer)
         check_fields(layer)
         return layer
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        # the constructor's own arguments (``help``, IDEs), not this ``__call__``'s
+        return inspect.signature(cls.__init__).replace(
+            parameters=list(inspect.signature(cls.__init__).parameters.values())[1:]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
