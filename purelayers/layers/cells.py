@@ -181,14 +181,17 @@ class _Cell(Layer):
 class RNNCell(_Cell):
     r"""One step of the Elman recurrence: ``h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)``.
 
-    Matches ``torch.nn.RNNCell``.
+    Matches ``torch.nn.RNNCell(input_size, hidden_size)``; the input width comes from
+    ``init``'s shape.
 
     Args:
-      hidden_size: width ``H`` of the state.
-      nonlinearity: ``"tanh"`` (default) or ``"relu"``.
-      bias: learn ``bias_ih`` and ``bias_hh``. Default ``True``.
-      weight_init, bias_init: initializers overriding the default for both weights /
-        both biases.
+      hidden_size: width ``H`` of the state (required).
+      nonlinearity: ``act``, ``"tanh"`` or ``"relu"`` (keyword-only). Default ``"tanh"``.
+      bias: learn ``bias_ih`` and ``bias_hh`` (keyword-only). Default ``True``.
+      weight_init: initializer for both weights (keyword-only). Default ``None``: the
+        uniform init below.
+      bias_init: initializer for both biases (keyword-only). Default ``None``: the
+        uniform init below.
 
     Shape:
       ``apply(params, x, hx=None)``: ``x`` ``(B, I)`` or ``(I,)``; ``hx`` ``(B, H)`` or
@@ -197,6 +200,14 @@ class RNNCell(_Cell):
     Parameters:
       ``weight_ih`` ``(H, I)``, ``weight_hh`` ``(H, H)``, ``bias_ih`` ``(H,)``,
       ``bias_hh`` ``(H,)``; all ``U(-1/sqrt(H), 1/sqrt(H))``.
+
+    Example:
+      >>> cell = RNNCell(3)
+      >>> params = cell.init(jax.random.key(0), (2, 4))
+      >>> jax.tree.map(jnp.shape, params)
+      {'bias_hh': (3,), 'bias_ih': (3,), 'weight_hh': (3, 3), 'weight_ih': (3, 4)}
+      >>> cell.apply(params, jnp.ones((2, 4))).shape
+      (2, 3)
     """
 
     hidden_size: int
@@ -217,20 +228,24 @@ class RNNCell(_Cell):
 
 @dataclasses.dataclass(frozen=True)
 class LSTMCell(_Cell):
-    r"""One LSTM step. Matches ``torch.nn.LSTMCell`` (gate order input, forget, cell, output)::
+    r"""One LSTM step: ``c' = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h' = sigmoid(o) tanh(c')``.
+
+    Matches ``torch.nn.LSTMCell(input_size, hidden_size)`` (gate order input, forget,
+    cell, output); the input width comes from ``init``'s shape. The gates are::
 
         i, f, g, o = split(x W_ih^T + b_ih + h W_hh^T + b_hh, 4)
-        c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
-        h' = sigmoid(o) * tanh(c')
 
     Args:
-      hidden_size: width ``H`` of ``h`` and ``c``.
-      bias: learn ``bias_ih`` and ``bias_hh``. Default ``True``.
+      hidden_size: width ``H`` of ``h`` and ``c`` (required).
+      bias: learn ``bias_ih`` and ``bias_hh`` (keyword-only). Default ``True``.
       forget_bias: if set (e.g. ``1.0``), the forget-gate rows ``[H, 2H)`` of ``bias_ih``
         start at this value and those of ``bias_hh`` at zero, so the cell starts by
-        keeping its memory. Needs ``bias=True``. Default ``None`` (torch's init).
-      weight_init, bias_init: initializers overriding the default for both weights /
-        both biases (``forget_bias`` is applied after ``bias_init``).
+        keeping its memory. Needs ``bias=True`` (keyword-only). Default ``None``
+        (torch's init).
+      weight_init: initializer for both weights (keyword-only). Default ``None``: the
+        uniform init below.
+      bias_init: initializer for both biases, applied before ``forget_bias``
+        (keyword-only). Default ``None``: the uniform init below.
 
     Shape:
       ``apply(params, x, hx=None)``: ``x`` ``(B, I)`` or ``(I,)``; ``hx`` a pair
@@ -239,6 +254,15 @@ class LSTMCell(_Cell):
     Parameters:
       ``weight_ih`` ``(4H, I)``, ``weight_hh`` ``(4H, H)``, ``bias_ih`` ``(4H,)``,
       ``bias_hh`` ``(4H,)``; all ``U(-1/sqrt(H), 1/sqrt(H))``.
+
+    Example:
+      >>> cell = LSTMCell(3)
+      >>> params = cell.init(jax.random.key(0), (4,))
+      >>> jax.tree.map(jnp.shape, params)
+      {'bias_hh': (12,), 'bias_ih': (12,), 'weight_hh': (12, 3), 'weight_ih': (12, 4)}
+      >>> h, c = cell.apply(params, jnp.ones(4))
+      >>> h.shape, c.shape
+      ((3,), (3,))
     """
 
     hidden_size: int
@@ -252,12 +276,13 @@ class LSTMCell(_Cell):
 
 @dataclasses.dataclass(frozen=True)
 class GRUCell(_Cell):
-    r"""One GRU step. Matches ``torch.nn.GRUCell`` (gate order reset, update, new)::
+    r"""One GRU step: ``h' = (1 - z) n + z h``, ``n = tanh(W_in x + b_in + r (W_hn h + b_hn))``.
+
+    Matches ``torch.nn.GRUCell(input_size, hidden_size)`` (gate order reset, update,
+    new); the input width comes from ``init``'s shape. The gates are::
 
         r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
         z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
-        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
-        h' = (1 - z) * n + z * h
 
     The reset gate multiplies the recurrent affine map, bias included ("reset after",
     as torch and cuDNN).
@@ -274,11 +299,14 @@ class GRUCell(_Cell):
     torch checkpoint must not load into it silently.
 
     Args:
-      hidden_size: width ``H`` of the state.
-      bias: learn the biases. Default ``True``.
-      reset_after: ``True`` (default, torch's) or ``False`` (Cho et al.).
-      weight_init, bias_init: initializers overriding the default for all weights /
-        all biases.
+      hidden_size: width ``H`` of the state (required).
+      bias: learn the biases (keyword-only). Default ``True``.
+      reset_after: ``True`` (torch's) or ``False`` (Cho et al.) (keyword-only). Default
+        ``True``.
+      weight_init: initializer for all weights (keyword-only). Default ``None``: the
+        uniform init below.
+      bias_init: initializer for all biases (keyword-only). Default ``None``: the
+        uniform init below.
 
     Shape:
       ``apply(params, x, hx=None)``: ``x`` ``(B, I)`` or ``(I,)``; ``hx`` ``(B, H)`` or
@@ -286,7 +314,17 @@ class GRUCell(_Cell):
 
     Parameters:
       ``weight_ih`` ``(3H, I)``, ``weight_hh`` ``(3H, H)``, ``bias_ih`` ``(3H,)``,
-      ``bias_hh`` ``(3H,)``; all ``U(-1/sqrt(H), 1/sqrt(H))``.
+      ``bias_hh`` ``(3H,)`` (with ``reset_after=False``, ``weight_hh_rz``,
+      ``weight_hh_n``, ``bias_hh_rz``, ``bias_hh_n`` in place of the ``hh`` pair); all
+      ``U(-1/sqrt(H), 1/sqrt(H))``.
+
+    Example:
+      >>> cell = GRUCell(3)
+      >>> params = cell.init(jax.random.key(0), (2, 4))
+      >>> jax.tree.map(jnp.shape, params)
+      {'bias_hh': (9,), 'bias_ih': (9,), 'weight_hh': (9, 3), 'weight_ih': (9, 4)}
+      >>> cell.apply(params, jnp.ones((2, 4)), jnp.zeros((2, 3))).shape
+      (2, 3)
     """
 
     hidden_size: int

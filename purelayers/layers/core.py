@@ -1,5 +1,5 @@
-"""The layer contract and the containers: ``Layer``, ``Sequential``, ``Identity``,
-``Lambda`` and ``Flatten``.
+"""The layer contract and the containers: ``Layer``, ``Sequential``, ``Identity`` and
+``Lambda``.
 
 A layer is a frozen dataclass holding only configuration. Its two pure functions are
 ``init(key, shape, dtype) -> params`` and ``apply(params, x, *, key, train) -> y``;
@@ -26,7 +26,6 @@ from purelayers.layers._checked import (
 from purelayers.layers._checks import (
     LayerError,
     as_shape,
-    check_int,
     input_dtype,
     missing_params,
     need_dtype,
@@ -45,7 +44,7 @@ from purelayers.layers._compose import (
 from purelayers.layers._field_checks import check_fields
 from purelayers.trees import Stacked
 
-__all__ = ["Flatten", "Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
+__all__ = ["Identity", "Lambda", "Layer", "Params", "Sequential", "State"]
 
 
 Params = dict[str, Any]
@@ -383,7 +382,9 @@ def _abstract(tree: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True, init=False)
 class Sequential(Layer):
-    """Applies layers in order. Matches ``torch.nn.Sequential``.
+    r"""``y = layers[-1](... layers[1](layers[0](x)))``: applies layers in order.
+
+    Matches ``torch.nn.Sequential``.
 
     Children are numbered ``"0"``, ``"1"``, ... by position; parameter-free layers
     consume an index, as in torch, so ``Sequential(Linear(256), ReLU(), Linear(10))``
@@ -401,8 +402,15 @@ class Sequential(Layer):
     If any child has buffers (BatchNorm), ``init_state(shape)`` returns them under the
     child's name and ``apply(params, x, state=state)`` returns ``(y, new_state)``.
 
+    Args:
+      *layers: the children, in order; or a single mapping (or list of ``(name, layer)``
+        pairs) of names to children. No default: ``Sequential()`` is the identity.
+
     Shape:
       input: whatever the first layer takes; output: whatever the last one returns.
+
+    Parameters:
+      each child's, under its name (``"0.weight"``, ``"fc.bias"``), with its own init.
 
     Example:
       >>> mlp = Sequential(L.Linear(3), L.ReLU(), L.Linear(1))
@@ -547,7 +555,19 @@ def _output_spec_of(layer: Layer, params: Any, state: Any, x: jax.ShapeDtypeStru
 
 @dataclasses.dataclass(frozen=True)
 class Identity(Layer):
-    """Returns its input unchanged. Matches ``torch.nn.Identity``."""
+    r"""``y = x``.
+
+    Matches ``torch.nn.Identity()`` (torch's ignored arguments are not taken).
+
+    Shape:
+      any; output the input itself.
+
+    Parameters: none.
+
+    Example:
+      >>> Identity().apply({}, jnp.ones(2))
+      Array([1., 1.], dtype=float32)
+    """
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         return x
@@ -555,10 +575,22 @@ class Identity(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class Lambda(Layer):
-    """A parameter-free function ``fn(x) -> y`` used as a layer.
+    r"""``y = fn(x)``: a parameter-free function used as a layer.
 
-    ``fn`` must be hashable (a function or a frozen object) so the layer stays a valid
-    ``jax.jit`` static argument. Example: ``Lambda(jnp.tanh)``.
+    torch has no module for it; it stands for a function call in a ``forward``.
+
+    Args:
+      fn: the function, required; hashable (a function or a frozen object) so the layer
+        stays a valid ``jax.jit`` static argument.
+
+    Shape:
+      whatever ``fn`` takes and returns.
+
+    Parameters: none.
+
+    Example:
+      >>> Lambda(jnp.tanh).apply({}, jnp.zeros(2))
+      Array([0., 0.], dtype=float32)
     """
 
     fn: Callable[[Any], Any]
@@ -569,39 +601,3 @@ class Lambda(Layer):
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         return self.fn(x)
-
-
-@dataclasses.dataclass(frozen=True)
-class Flatten(Layer):
-    """Flattens axes ``start_dim..end_dim`` (inclusive) into one. Matches ``torch.nn.Flatten``.
-
-    Shape:
-      input ``(N, C, H, W)`` with the defaults; output ``(N, C * H * W)``.
-    """
-
-    start_dim: int = 1
-    end_dim: int = -1
-
-    def __post_init__(self):
-        check_int("Flatten", "start_dim", self.start_dim, minimum=-(2**31))
-        check_int("Flatten", "end_dim", self.end_dim, minimum=-(2**31))
-
-    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
-        ndim = max(jnp.ndim(x), 1)
-        start, end = self.start_dim, self.end_dim
-        start, end = start + ndim if start < 0 else start, end + ndim if end < 0 else end
-        if not (0 <= start < ndim and 0 <= end < ndim and start <= end):
-            raise LayerError(
-                "Flatten",
-                f"start_dim={self.start_dim} and end_dim={self.end_dim} must name axes of "
-                f"x.shape == {tuple(jnp.shape(x))} with start_dim <= end_dim",
-                None,
-                None,
-            )
-        shape = tuple(jnp.shape(x))
-        if not shape:
-            return jnp.reshape(x, (1,))
-        merged = 1
-        for d in shape[start : end + 1]:
-            merged *= d
-        return jnp.reshape(x, (*shape[:start], merged, *shape[end + 1 :]))

@@ -233,16 +233,17 @@ class _Recurrent(Layer):
 
 @dataclasses.dataclass(frozen=True)
 class LSTM(_Recurrent):
-    r"""A multi-layer LSTM over a sequence. Matches ``torch.nn.LSTM``.
+    r"""Stacked LSTM: ``(h_t, c_t) = LSTMCell(x_t, (h_{t-1}, c_{t-1}))`` per layer and direction.
 
-    Each layer and direction runs the ``LSTMCell`` recurrence (gate order input, forget,
-    cell, output) over time. ``apply(params, x, hx=None, *, key=None, train=False,
-    lengths=None)`` returns ``(output, (h_n, c_n))``.
+    Matches ``torch.nn.LSTM(input_size, hidden_size, ...)``; the input width comes from
+    ``init``'s shape. Each layer and direction runs the ``LSTMCell`` recurrence (gate
+    order input, forget, cell, output) over time. ``apply(params, x, hx=None, *,
+    key=None, train=False, lengths=None)`` returns ``(output, (h_n, c_n))``.
 
     Args:
-      hidden_size: width ``H`` of each direction's state.
-      num_layers: stacked layers; layer ``l > 0`` reads layer ``l - 1``'s output.
-        Default ``1``.
+      hidden_size: width ``H`` of each direction's state (required).
+      num_layers: stacked layers; layer ``l > 0`` reads layer ``l - 1``'s output
+        (keyword-only, as every argument below). Default ``1``.
       bias: learn the biases. Default ``True``.
       batch_first: input and output are ``(B, T, *)`` instead of ``(T, B, *)``; the
         states stay ``(num_layers * D, B, H)``, as in torch. Default ``False``.
@@ -257,8 +258,9 @@ class LSTM(_Recurrent):
         own of the scan (``custom_derivative`` does not apply). Default ``0`` (none).
       forget_bias: if set, every forget-gate bias starts as in ``LSTMCell``. Default
         ``None``.
-      weight_init, bias_init: initializers overriding the default for all weights
-        (``weight_hr`` included) / all biases.
+      weight_init: initializer for all weights (``weight_hr`` included). Default ``None``: the
+        uniform init below.
+      bias_init: initializer for all biases. Default ``None``: the uniform init below.
       unroll: time steps per iteration of the ``lax.scan`` over time (capped at ``T``).
         Same results for any value. Default ``1``.
       custom_derivative: differentiate with the written-out derivative of the
@@ -286,12 +288,12 @@ class LSTM(_Recurrent):
     ``pl.debug.checked(lstm.apply)`` turns that into a ``CheckError``, as for
     ``Embedding``'s ids. An empty sequence (``T == 0``) is refused, as torch does.
 
-    Parameters (per layer ``l``, then the same with suffix ``_reverse`` when
-    bidirectional): ``weight_ih_l{l}`` ``(4H, I)`` (``I = D * H`` for ``l > 0``),
-    ``weight_hh_l{l}`` ``(4H, H)``, ``bias_ih_l{l}`` ``(4H,)``, ``bias_hh_l{l}``
-    ``(4H,)``, then with ``proj_size`` ``weight_hr_l{l}`` ``(P, H)`` (and
-    ``weight_hh_l{l}`` ``(4H, P)``, ``I = D * P`` for ``l > 0``); all ``U(-1/sqrt(H),
-    1/sqrt(H))``.
+    Parameters:
+      per layer ``l``, then the same with suffix ``_reverse`` when bidirectional:
+      ``weight_ih_l{l}`` ``(4H, I)`` (``I = D * H`` for ``l > 0``), ``weight_hh_l{l}``
+      ``(4H, H)``, ``bias_ih_l{l}`` ``(4H,)``, ``bias_hh_l{l}`` ``(4H,)``, then with
+      ``proj_size`` ``weight_hr_l{l}`` ``(P, H)`` (and ``weight_hh_l{l}`` ``(4H, P)``,
+      ``I = D * P`` for ``l > 0``); all ``U(-1/sqrt(H), 1/sqrt(H))``.
 
     Example:
       >>> lstm = LSTM(8, num_layers=2)
@@ -332,22 +334,65 @@ class LSTM(_Recurrent):
 
 @dataclasses.dataclass(frozen=True)
 class GRU(_Recurrent):
-    r"""A multi-layer GRU over a sequence. Matches ``torch.nn.GRU``.
+    r"""A multi-layer GRU over a sequence: ``h_t = GRUCell(x_t, h_{t-1})`` per layer and direction.
 
-    Each layer and direction runs the ``GRUCell`` recurrence (gate order reset, update,
-    new). ``apply(params, x, hx=None, *, key=None, train=False, lengths=None)`` returns
-    ``(output, h_n)``. Arguments, shapes and ``lengths`` as ``LSTM`` (without
-    ``forget_bias``), with ``hx`` a single ``h_0``; ``reset_after=False`` runs Cho et
-    al.'s recurrence with its own parameter names, as ``GRUCell(reset_after=False)``.
+    Matches ``torch.nn.GRU(input_size, hidden_size, ...)``; the input width comes from
+    ``init``'s shape. Each layer and direction runs the ``GRUCell`` recurrence (gate
+    order reset, update, new) over time. ``apply(params, x, hx=None, *, key=None,
+    train=False, lengths=None)`` returns ``(output, h_n)``.
 
     Args:
-      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s. Default ``1``.
+      hidden_size: width ``H`` of each direction's state (required).
+      num_layers: stacked layers; layer ``l > 0`` reads layer ``l - 1``'s output
+        (keyword-only, as every argument below). Default ``1``.
+      bias: learn the biases. Default ``True``.
+      batch_first: input and output are ``(B, T, *)`` instead of ``(T, B, *)``; the
+        states stay ``(num_layers * D, B, H)``, as in torch. Default ``False``.
+      dropout: probability of dropping each output of every layer but the last, in
+        train mode (``key`` required). Default ``0.0``.
+      bidirectional: add a reverse-time direction per layer (``D = 2``); the output is
+        the two directions' states concatenated. Default ``False``.
+      reset_after: ``True`` (torch's) or ``False``, Cho et al.'s recurrence with its own
+        parameter names, as ``GRUCell(reset_after=False)``. Default ``True``.
+      weight_init: initializer for all weights. Default ``None``: the
+        uniform init below.
+      bias_init: initializer for all biases. Default ``None``: the uniform init below.
+      unroll: time steps per iteration of the ``lax.scan`` over time (capped at ``T``).
+        Same results for any value. Default ``1``.
       custom_derivative: accepted for symmetry with ``LSTM``; a GRU always takes JAX's
         derivative of its scan. Default ``True``.
 
-    Parameters: ``weight_ih_l{l}`` ``(3H, I)``, ``weight_hh_l{l}`` ``(3H, H)``,
-    ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(3H,)`` (and ``_reverse``); all
-    ``U(-1/sqrt(H), 1/sqrt(H))``.
+    Shape:
+      ``x``: ``(T, B, I)`` (``(B, T, I)`` with ``batch_first``) or unbatched ``(T, I)``.
+      ``hx``: ``h_0`` ``(num_layers * D, B, H)`` (unbatched ``(num_layers * D, H)``);
+      zeros when omitted. ``output``: ``(T, B, D * H)`` (batch-first or unbatched like
+      ``x``); ``h_n`` like ``h_0``, ordered layer by layer, forward before reverse.
+
+    Padded batches: ``lengths`` ``(B,)`` integers (``()`` unbatched) gives each
+    sequence's true length ``1 <= lengths[b] <= T``; steps past it leave the state
+    unchanged, so ``h_n`` is each sequence's state after its own last step, the reverse
+    direction starts at each sequence's own last step, and ``output`` is zero past the
+    length. This is what ``torch.nn.utils.rnn.pack_padded_sequence`` followed by
+    ``pad_packed_sequence`` gives (for ``T == max(lengths)``). A length outside
+    ``[1, T]`` is an error, as in torch: eagerly a ``LayerError`` names it; under
+    ``jit``, ``vmap`` or ``grad`` the lengths are not known while tracing, so that
+    sequence's output and final state come out NaN (never another length's result), and
+    ``pl.debug.checked(gru.apply)`` turns that into a ``CheckError``, as for
+    ``Embedding``'s ids. An empty sequence (``T == 0``) is refused, as torch does.
+
+    Parameters:
+      per layer ``l``, then the same with suffix ``_reverse`` when bidirectional:
+      ``weight_ih_l{l}`` ``(3H, I)`` (``I = D * H`` for ``l > 0``), ``weight_hh_l{l}``
+      ``(3H, H)``, ``bias_ih_l{l}`` ``(3H,)``, ``bias_hh_l{l}`` ``(3H,)`` (with
+      ``reset_after=False`` the ``hh`` pair is ``GRUCell``'s four ``hh_rz`` / ``hh_n``
+      arrays); all ``U(-1/sqrt(H), 1/sqrt(H))``.
+
+    Example:
+      >>> gru = GRU(8, batch_first=True, bidirectional=True)
+      >>> params = gru.init(jax.random.key(0), (3, 5, 4))
+      >>> out, h = gru.apply(params, jnp.ones((3, 5, 4)))
+      >>> out.shape, h.shape
+      ((3, 5, 16), (2, 3, 8))
     """
 
     hidden_size: int
@@ -370,22 +415,63 @@ class GRU(_Recurrent):
 
 @dataclasses.dataclass(frozen=True)
 class RNN(_Recurrent):
-    r"""A multi-layer Elman RNN over a sequence: ``h_t = act(x_t W_ih^T + b_ih + h_{t-1}
-    W_hh^T + b_hh)``. Matches ``torch.nn.RNN``.
+    r"""A multi-layer Elman RNN: ``h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)`` per layer.
 
-    ``apply(params, x, hx=None, *, key=None, train=False, lengths=None)`` returns
-    ``(output, h_n)``. Arguments, shapes and ``lengths`` as ``LSTM`` (without
-    ``forget_bias``), plus ``nonlinearity``: ``"tanh"`` (default) or ``"relu"``; ``hx`` is
-    a single ``h_0``.
+    Matches ``torch.nn.RNN(input_size, hidden_size, ...)``; the input width comes from
+    ``init``'s shape. ``apply(params, x, hx=None, *, key=None, train=False,
+    lengths=None)`` returns ``(output, h_n)``.
 
     Args:
-      unroll: time steps per ``lax.scan`` iteration, as ``LSTM``'s. Default ``1``.
+      hidden_size: width ``H`` of each direction's state (required).
+      nonlinearity: ``act``, ``"tanh"`` or ``"relu"`` (keyword-only, as every argument
+        below). Default ``"tanh"``.
+      num_layers: stacked layers; layer ``l > 0`` reads layer ``l - 1``'s output.
+        Default ``1``.
+      bias: learn the biases. Default ``True``.
+      batch_first: input and output are ``(B, T, *)`` instead of ``(T, B, *)``; the
+        states stay ``(num_layers * D, B, H)``, as in torch. Default ``False``.
+      dropout: probability of dropping each output of every layer but the last, in
+        train mode (``key`` required). Default ``0.0``.
+      bidirectional: add a reverse-time direction per layer (``D = 2``); the output is
+        the two directions' states concatenated. Default ``False``.
+      weight_init: initializer for all weights. Default ``None``: the
+        uniform init below.
+      bias_init: initializer for all biases. Default ``None``: the uniform init below.
+      unroll: time steps per iteration of the ``lax.scan`` over time (capped at ``T``).
+        Same results for any value. Default ``1``.
       custom_derivative: use the written-out derivative of the recurrence rather than
-        JAX's derivative of the scan, as ``LSTM``'s (both exact). Default ``True``.
+        JAX's derivative of the scan (both exact). Default ``True``.
 
-    Parameters: ``weight_ih_l{l}`` ``(H, I)``, ``weight_hh_l{l}`` ``(H, H)``,
-    ``bias_ih_l{l}``, ``bias_hh_l{l}`` ``(H,)`` (and ``_reverse``); all
-    ``U(-1/sqrt(H), 1/sqrt(H))``.
+    Shape:
+      ``x``: ``(T, B, I)`` (``(B, T, I)`` with ``batch_first``) or unbatched ``(T, I)``.
+      ``hx``: ``h_0`` ``(num_layers * D, B, H)`` (unbatched ``(num_layers * D, H)``);
+      zeros when omitted. ``output``: ``(T, B, D * H)`` (batch-first or unbatched like
+      ``x``); ``h_n`` like ``h_0``, ordered layer by layer, forward before reverse.
+
+    Padded batches: ``lengths`` ``(B,)`` integers (``()`` unbatched) gives each
+    sequence's true length ``1 <= lengths[b] <= T``; steps past it leave the state
+    unchanged, so ``h_n`` is each sequence's state after its own last step, the reverse
+    direction starts at each sequence's own last step, and ``output`` is zero past the
+    length. This is what ``torch.nn.utils.rnn.pack_padded_sequence`` followed by
+    ``pad_packed_sequence`` gives (for ``T == max(lengths)``). A length outside
+    ``[1, T]`` is an error, as in torch: eagerly a ``LayerError`` names it; under
+    ``jit``, ``vmap`` or ``grad`` the lengths are not known while tracing, so that
+    sequence's output and final state come out NaN (never another length's result), and
+    ``pl.debug.checked(rnn.apply)`` turns that into a ``CheckError``, as for
+    ``Embedding``'s ids. An empty sequence (``T == 0``) is refused, as torch does.
+
+    Parameters:
+      per layer ``l``, then the same with suffix ``_reverse`` when bidirectional:
+      ``weight_ih_l{l}`` ``(H, I)`` (``I = D * H`` for ``l > 0``), ``weight_hh_l{l}``
+      ``(H, H)``, ``bias_ih_l{l}`` ``(H,)``, ``bias_hh_l{l}`` ``(H,)``; all
+      ``U(-1/sqrt(H), 1/sqrt(H))``.
+
+    Example:
+      >>> rnn = RNN(8, nonlinearity="relu")
+      >>> params = rnn.init(jax.random.key(0), (5, 4))
+      >>> out, h = rnn.apply(params, jnp.ones((5, 4)))
+      >>> out.shape, h.shape
+      ((5, 8), (1, 8))
     """
 
     hidden_size: int

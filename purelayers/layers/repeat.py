@@ -37,19 +37,18 @@ def _check_policy(layer: str, policy: Any) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Remat(Layer):
-    r"""``layer`` with its activations rematerialized (``jax.checkpoint``): the backward
-    pass recomputes them from the layer's input instead of keeping them from the forward
-    pass, for about one extra forward pass of ``layer``; outputs and gradients are
-    unchanged.
+    r"""``y = layer(x)``, with ``layer``'s activations recomputed in the backward pass.
 
-    Measured (``python -m benchmarks.repeat --depths 4 --seq-len 1024 --batch-size 4``,
-    XLA's buffer assignment for a 4-block d256 transformer training step on the CPU):
-    ``Repeat(block, 4, remat=True)`` needs 622 MiB against 1942 MiB without ``remat``,
-    but a Python-loop ``Sequential`` of ``Remat`` blocks needs 2149 MiB against 2081 MiB
-    for the plain stack: XLA:CPU's schedule of one flat program keeps the recomputed
-    activations alive as long as the stored ones would have been. For memory on the CPU,
-    use ``Repeat(..., remat=True)``; ``Remat`` is for single blocks and for backends
-    whose scheduler honours the recomputation.
+    torch has no module for it; it is ``torch.utils.checkpoint.checkpoint(layer, x)`` as a
+    layer (``jax.checkpoint``). The backward pass recomputes the activations from the
+    layer's input instead of keeping them from the forward pass, for about one extra
+    forward pass of ``layer``; outputs and gradients are unchanged.
+
+    On the CPU, a Python-loop ``Sequential`` of ``Remat`` blocks saves no memory: XLA:CPU's
+    schedule of one flat program keeps the recomputed activations alive as long as the
+    stored ones would have been. For memory on the CPU use ``Repeat(..., remat=True)``;
+    ``Remat`` is for single blocks and for backends whose scheduler honours the
+    recomputation.
 
     Transparent to names: its parameters (and state, and ``ordered``) are exactly
     ``layer``'s, so ``Sequential(Remat(block), Remat(block))`` has the same checkpoint
@@ -58,14 +57,25 @@ class Remat(Layer):
     through to ``layer.apply``.
 
     Args:
-      layer: the layer to rematerialize.
+      layer: the layer to rematerialize (required).
       remat_policy: a ``jax.checkpoint_policies`` policy naming what inside ``layer``
-        may still be saved. Default ``None``: nothing is saved (``nothing_saveable``);
-        ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable`` keeps the matrix
-        products and recomputes only the elementwise work.
+        may still be saved (keyword-only). Default ``None``: nothing is saved
+        (``nothing_saveable``); ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``
+        keeps the matrix products and recomputes only the elementwise work.
 
     Shape:
       whatever ``layer`` takes and returns.
+
+    Parameters:
+      exactly ``layer``'s, under the same names.
+
+    Example:
+      >>> r = Remat(L.Linear(3))
+      >>> params = r.init(jax.random.key(0), (2, 4))
+      >>> jax.tree.map(jnp.shape, params)
+      {'bias': (3,), 'weight': (3, 4)}
+      >>> jax.grad(lambda p: r.apply(p, jnp.ones((2, 4))).sum())(params)["bias"]
+      Array([2., 2., 2.], dtype=float32)
     """
 
     layer: Layer
@@ -160,36 +170,37 @@ def _stack(trees: list[Any], n: int) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class Repeat(Layer):
-    r"""``n`` copies of ``layer`` (each with its own parameters) applied in sequence.
+    r"""``y = f_{n-1}(... f_1(f_0(x)))``: ``f_i`` is copy ``i`` of ``layer``, with its own params.
 
-    Equivalent to ``Sequential(layer, layer, ..., layer)``, with the same checkpoint
-    names (``"0.ln1.weight"``, ``"1.ln1.weight"``, ...), the same initial weights (block
-    ``i`` gets ``fold_in(key, i)``) and the same per-block dropout keys, so a torch
-    ``nn.Sequential`` of ``n`` blocks loads into it by name and its outputs equal the
-    unrolled stack's.
+    Matches a ``torch.nn.Sequential`` of ``n`` independent copies of the block: the same
+    checkpoint names (``"0.ln1.weight"``, ``"1.ln1.weight"``, ...), the same initial
+    weights as ``Sequential(layer, ..., layer)`` (block ``i`` gets ``fold_in(key, i)``)
+    and the same per-block dropout keys, so a torch ``nn.Sequential`` of ``n`` blocks
+    loads into it by name and its outputs equal the unrolled stack's.
 
     Storage: the params tree holds the blocks stacked, as one ``purelayers.params.Stacked``
     node whose arrays have a leading axis ``n`` (``ln1.weight`` ``(n, E)``), and
     ``apply`` runs the block body once under ``lax.scan`` over them: the block is traced
     and compiled once whatever ``n`` is, and no call stacks, slices or copies the
-    weights: a 24-block GPT-2 stack's training step compiles in 0.86x the time of a
-    2-block one, against 5.18x for ``Sequential`` (``python -m benchmarks.repeat
-    --depths 2 24 --repeats 3``). ``purelayers.params.flatten``, ``save``, ``load_into``,
-    ``load_state_dict`` and ``summary`` list and fill the per-block names, so
-    checkpoints stay torch's; optax and ``jax.grad`` see one array per block parameter.
+    weights (on the repeat benchmark a 24-block GPT-2 step compiles about as fast as a
+    2-block one, where ``Sequential`` takes about five times as long).
+    ``purelayers.params.flatten``, ``save``, ``load_into``, ``load_state_dict`` and
+    ``summary`` list and fill the per-block names, so checkpoints stay torch's; optax and
+    ``jax.grad`` see one array per block parameter.
 
     The block must map its input to an output of the same shape and dtype (a residual
     block does).
 
     Args:
-      layer: the block.
-      n: how many copies.
+      layer: the block (required).
+      n: how many copies (required).
       remat: rematerialize each block in the backward pass (``jax.checkpoint``), so only
         the activations between blocks are stored and each block's internals are
-        recomputed: lower peak memory for about one extra forward pass (4 blocks, d256,
-        sequence 1024, batch 4: 622 MiB against 1942 MiB). Default ``False``.
+        recomputed: lower peak memory (about a third of it on the repeat benchmark's
+        4-block transformer step) for about one extra forward pass (keyword-only).
+        Default ``False``.
       remat_policy: a ``jax.checkpoint_policies`` policy deciding what inside a block may
-        still be saved with ``remat``. Default ``None``: nothing is saved
+        still be saved with ``remat`` (keyword-only). Default ``None``: nothing is saved
         (``nothing_saveable``).
 
     Decoding: if ``layer`` has ``init_cache``, ``init_cache(shape)`` stacks ``n`` caches
@@ -205,7 +216,17 @@ class Repeat(Layer):
 
     Parameters:
       ``"{i}.{name}"`` for block ``i`` and each of ``layer``'s parameter names, stored as
-      ``Stacked({name: (n, *shape)}, n)``.
+      ``Stacked({name: (n, *shape)}, n)``, each block initialized as ``layer``'s.
+
+    Example:
+      >>> rep = Repeat(L.Linear(4), 3)
+      >>> params = rep.init(jax.random.key(0), (2, 4))
+      >>> jax.tree.map(jnp.shape, params)
+      Stacked({'bias': (3, 4), 'weight': (3, 4, 4)}, n=3)
+      >>> list(pl.params.flatten(params))
+      ['0.weight', '0.bias', '1.weight', '1.bias', '2.weight', '2.bias']
+      >>> rep.apply(params, jnp.ones((2, 4))).shape
+      (2, 4)
     """
 
     layer: Layer

@@ -1,4 +1,4 @@
-r"""Reshaping: ``Unflatten``, the inverse of ``Flatten`` (``layers/core.py``)."""
+r"""Reshaping: ``Flatten`` and its inverse ``Unflatten``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,60 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers._checks import LayerError, config_error
+from purelayers.layers._checks import LayerError, check_int, config_error
 from purelayers.layers._spatial import is_int
 from purelayers.layers.core import Layer, Params
 
-__all__ = ["Unflatten"]
+__all__ = ["Flatten", "Unflatten"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Flatten(Layer):
+    r"""Merges axes ``start_dim..end_dim`` (inclusive) into one: ``y = x.reshape(*pre, -1, *post)``.
+
+    Matches ``torch.nn.Flatten(start_dim, end_dim)``; the inverse is ``Unflatten``.
+
+    Args:
+      start_dim: the first axis to merge; negative counts from the end. Default ``1``.
+      end_dim: the last axis to merge; negative counts from the end. Default ``-1``.
+
+    Shape:
+      input ``(*pre, S_start, ..., S_end, *post)``; output ``(*pre, S_start * ... *
+      S_end, *post)``: ``(N, C, H, W)`` gives ``(N, C * H * W)`` with the defaults.
+
+    Parameters: none.
+
+    Example:
+      >>> Flatten().apply({}, jnp.zeros((2, 3, 4, 5))).shape
+      (2, 60)
+    """
+
+    start_dim: int = 1
+    end_dim: int = -1
+
+    def __post_init__(self):
+        check_int("Flatten", "start_dim", self.start_dim, minimum=-(2**31))
+        check_int("Flatten", "end_dim", self.end_dim, minimum=-(2**31))
+
+    def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
+        ndim = max(jnp.ndim(x), 1)
+        start, end = self.start_dim, self.end_dim
+        start, end = start + ndim if start < 0 else start, end + ndim if end < 0 else end
+        if not (0 <= start < ndim and 0 <= end < ndim and start <= end):
+            raise LayerError(
+                "Flatten",
+                f"start_dim={self.start_dim} and end_dim={self.end_dim} must name axes of "
+                f"x.shape == {tuple(jnp.shape(x))} with start_dim <= end_dim",
+                None,
+                None,
+            )
+        shape = tuple(jnp.shape(x))
+        if not shape:
+            return jnp.reshape(x, (1,))
+        merged = 1
+        for d in shape[start : end + 1]:
+            merged *= d
+        return jnp.reshape(x, (*shape[:start], merged, *shape[end + 1 :]))
 
 
 @dataclasses.dataclass(frozen=True)

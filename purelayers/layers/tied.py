@@ -71,8 +71,10 @@ def _with(tree: Params, parts: list[str], value: Any) -> Params:
 
 @dataclasses.dataclass(frozen=True, init=False)
 class Tied(Layer):
-    r"""``layer`` with some of its arrays tied: each alias is the same array as its
-    original, as ``lm_head.weight = transformer.wte.weight`` makes it in PyTorch.
+    r"""``y = layer(x)`` with ``params[alias] = params[original]`` for every tied pair.
+
+    Matches torch's weight tying (``lm_head.weight = transformer.wte.weight``; torch has
+    no module for it): each alias is the same array as its original.
 
     The params tree holds the original only; ``apply`` hands ``layer`` the original's
     array under both names, so ``jax.grad`` sums the gradients of both uses into it (as
@@ -87,9 +89,16 @@ class Tied(Layer):
 
     Args:
       layer: the untied layer, written as its torch twin is (a ``Linear`` head and an
-        ``Embedding``, say).
+        ``Embedding``, say). Required.
       aliases: ``{alias: original}``, dotted names relative to ``layer``; both must be
         arrays ``layer`` declares (``own_names`` of the child they name), of one shape.
+        Required, non-empty.
+
+    Shape:
+      whatever ``layer`` takes and returns.
+
+    Parameters:
+      ``layer``'s, without the aliases (each original keeps its name, shape and init).
 
     Raises:
       ValueError: at construction, a name that is no declared array of ``layer`` (or

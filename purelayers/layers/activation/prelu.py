@@ -29,7 +29,9 @@ _UNSET: Any = object()  # an argument not given
 
 @dataclasses.dataclass(frozen=True, init=False)
 class PReLU(Layer):
-    """``x`` if ``x > 0`` else ``weight * x`` with a learned slope. Matches ``torch.nn.PReLU``.
+    r"""``y = x`` if ``x > 0`` else ``weight * x``, with a learned slope ``weight``.
+
+    Matches ``torch.nn.PReLU(num_parameters, init)``.
 
     Args:
       num_parameters: 1 (one slope shared by all channels) or the channel count ``C``.
@@ -37,14 +39,23 @@ class PReLU(Layer):
       init: the initial slope, torch's argument (second, as torch's). Default ``0.25``.
         Stored as the field ``init_value`` (``init`` is the layer's method), which is
         also accepted as a keyword.
-      weight_init: overrides the initial slope with any initializer.
+      weight_init: an initializer overriding the initial slope (keyword-only). Default
+        ``None``: the constant ``init``.
 
     Shape:
       input ``(N, C, ...)`` (channels on axis 1, as torch) or any shape when
-      ``num_parameters == 1``; output the same.
+      ``num_parameters == 1``; output the same shape and dtype.
 
     Parameters:
-      ``weight``: ``(num_parameters,)``, filled with ``init_value``.
+      ``weight``: ``(num_parameters,)``, filled with ``init``.
+
+    Example:
+      >>> p = PReLU()
+      >>> params = p.init(jax.random.key(0), (2, 3))
+      >>> jax.tree.map(jnp.shape, params)
+      {'weight': (1,)}
+      >>> p.apply(params, jnp.array([-4.0, 2.0]))
+      Array([-1.,  2.], dtype=float32)
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)

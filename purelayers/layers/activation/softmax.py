@@ -97,8 +97,9 @@ class _SoftmaxLike(_AlongAxis):
 
 @dataclasses.dataclass(frozen=True)
 class Softmax(_SoftmaxLike):
-    r"""``y_i = exp(x_i) / sum_j exp(x_j)`` along ``dim``, max-subtracted. Matches
-    ``torch.nn.Softmax(dim)``.
+    r"""``y_i = exp(x_i) / sum_j exp(x_j)`` along ``dim``, max-subtracted.
+
+    Matches ``torch.nn.Softmax(dim)``.
 
     Args:
       dim: the axis to normalize along (``axis=`` is accepted as another spelling), or
@@ -118,7 +119,9 @@ class Softmax(_SoftmaxLike):
 
 @dataclasses.dataclass(frozen=True)
 class LogSoftmax(_SoftmaxLike):
-    r"""``y_i = x_i - log(sum_j exp(x_j))`` along ``dim``. Matches ``torch.nn.LogSoftmax(dim)``.
+    r"""``y_i = x_i - log(sum_j exp(x_j))`` along ``dim``.
+
+    Matches ``torch.nn.LogSoftmax(dim)``.
 
     Args:
       dim: the axis to normalize along (``axis=`` is accepted as another spelling), or
@@ -138,11 +141,11 @@ class LogSoftmax(_SoftmaxLike):
 
 @dataclasses.dataclass(frozen=True)
 class Softmin(_AlongAxis):
-    r"""``softmax(-x)`` along ``dim``: ``exp(-x_i) / sum_j exp(-x_j)``.
+    r"""``softmax(-x)`` along ``dim``: ``y_i = exp(-x_i) / sum_j exp(-x_j)``.
 
-    ``dim=None`` follows torch's legacy implicit choice exactly
-    (``torch.nn.functional._get_softmax_dim``): axis 0 for inputs of rank 0, 1 or 3,
-    axis 1 for every other rank. Prefer an explicit ``dim``.
+    Matches ``torch.nn.Softmin(dim)``. ``dim=None`` follows torch's legacy implicit
+    choice exactly (``torch.nn.functional._get_softmax_dim``): axis 0 for inputs of rank
+    0, 1 or 3, axis 1 for every other rank. Prefer an explicit ``dim``.
 
     Args:
       dim: the axis to normalize along, or ``None`` for the implicit choice. Default
@@ -150,8 +153,6 @@ class Softmin(_AlongAxis):
 
     Shape:
       any floating-point input; output the same shape and dtype.
-
-    Matches ``torch.nn.Softmin(dim)``.
 
     Example:
       >>> Softmin().apply({}, jnp.zeros((2, 4))).sum(axis=1)  # rank 2: dim 1
@@ -182,10 +183,10 @@ class Softmin(_AlongAxis):
 class Softmax2d(_AlongAxis):
     r"""Softmax over the channels at every spatial position: ``softmax(x)`` along axis -3.
 
+    Matches ``torch.nn.Softmax2d``.
+
     Shape:
       input ``(N, C, H, W)`` or ``(C, H, W)``; output the same shape and dtype.
-
-    Matches ``torch.nn.Softmax2d()``.
 
     Example:
       >>> Softmax2d().apply({}, jnp.zeros((1, 4, 2, 2)))[0, :, 0, 0]

@@ -73,19 +73,18 @@ def rrelu(
 class Hardtanh(_Activation):
     r"""Clamps to ``[min_val, max_val]``: ``y = min(max(x, min_val), max_val)``.
 
-    The gradient is 1 strictly inside the interval and 0 at both bounds and outside, as
-    torch's. Integer inputs stay integers, the bounds truncated towards zero. torch's
-    ``inplace`` is accepted and changes nothing (``apply`` is pure); its deprecated
-    ``min_value`` / ``max_value`` spellings are not.
+    Matches ``torch.nn.Hardtanh(min_val, max_val)``. The gradient is 1 strictly inside
+    the interval and 0 at both bounds and outside, as torch's. Integer inputs stay
+    integers, the bounds truncated towards zero. torch's deprecated ``min_value`` /
+    ``max_value`` spellings are not accepted.
 
     Args:
       min_val: the lower bound. Default ``-1.0``.
       max_val: the upper bound, greater than ``min_val``. Default ``1.0``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       any; output the same shape and dtype.
-
-    Matches ``torch.nn.Hardtanh(min_val, max_val)``.
 
     Example:
       >>> Hardtanh().apply({}, jnp.array([-2.0, 0.5, 1.0, 3.0]))
@@ -117,14 +116,15 @@ class Hardtanh(_Activation):
 class Hardswish(_Activation):
     r"""Hard swish (MobileNetV3): ``y = x * relu6(x + 3) / 6``.
 
-    0 at and below -3, ``x`` at and above 3, ``x (x + 3) / 6`` between; the gradient
-    is torch's at the kinks: 0 at ``x = -3``, 1 at ``x = 3``. torch's ``inplace`` is
-    accepted and changes nothing (``apply`` is pure).
+    Matches ``torch.nn.Hardswish``. 0 at and below -3, ``x`` at and above 3,
+    ``x (x + 3) / 6`` between; the gradient is torch's at the kinks: 0 at ``x = -3``,
+    1 at ``x = 3``.
+
+    Args:
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       any floating-point input; output the same shape and dtype.
-
-    Matches ``torch.nn.Hardswish()``.
 
     Example:
       >>> Hardswish().apply({}, jnp.array([-4.0, 0.0, 1.5, 3.0]))
@@ -143,18 +143,17 @@ class Hardswish(_Activation):
 class Threshold(_Activation):
     r"""``y = x`` if ``x > threshold`` else ``value``.
 
-    At ``x == threshold`` the output is ``value`` and the gradient 0, as torch's.
-    Integer inputs stay integers, ``threshold`` and ``value`` truncated towards zero.
-    torch's ``inplace`` is accepted and changes nothing (``apply`` is pure).
+    Matches ``torch.nn.Threshold(threshold, value)``. At ``x == threshold`` the output
+    is ``value`` and the gradient 0, as torch's. Integer inputs stay integers,
+    ``threshold`` and ``value`` truncated towards zero.
 
     Args:
       threshold: the value to threshold at (required, as in torch).
       value: the value replacing every entry not above ``threshold`` (required).
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       any; output the same shape and dtype.
-
-    Matches ``torch.nn.Threshold(threshold, value)``.
 
     Example:
       >>> Threshold(0.5, -1.0).apply({}, jnp.array([0.0, 0.5, 2.0]))
@@ -180,21 +179,19 @@ class Threshold(_Activation):
 class RReLU(_Activation):
     r"""Randomized leaky ReLU: ``y = x`` if ``x > 0`` else ``a * x``.
 
-    In training (``train=True``) each entry draws its own slope ``a ~ U(lower, upper)``
-    from ``key`` (required: a ``LayerError`` says so when it is missing, as
-    ``Dropout``'s); in eval mode ``a = (lower + upper) / 2`` everywhere. The gradient is
-    the slope used, also at ``x = 0``. torch's ``inplace`` is accepted and changes
-    nothing (``apply`` is pure).
+    Matches ``torch.nn.RReLU(lower, upper)`` (eval mode exactly; training in
+    distribution). In training (``train=True``) each entry draws its own slope
+    ``a ~ U(lower, upper)`` from ``key`` (required: a ``LayerError`` says so when it is
+    missing, as ``Dropout``'s); in eval mode ``a = (lower + upper) / 2`` everywhere. The
+    gradient is the slope used, also at ``x = 0``.
 
     Args:
       lower: the smallest slope. Default ``1/8``.
       upper: the largest slope, at least ``lower``. Default ``1/3``.
+      inplace: torch's flag, ignored (``apply`` is pure). Default ``False``.
 
     Shape:
       any floating-point input; output the same shape and dtype.
-
-    Matches ``torch.nn.RReLU(lower, upper)`` (eval mode exactly; training in
-    distribution).
 
     Example:
       >>> RReLU(0.1, 0.3).apply({}, jnp.array([-1.0, 2.0]))
@@ -218,19 +215,16 @@ class RReLU(_Activation):
 
 @dataclasses.dataclass(frozen=True)
 class Softshrink(_Activation):
-    r"""Soft shrinkage: ``y = x - lambd`` if ``x > lambd``, ``x + lambd`` if
-    ``x < -lambd``, else 0.
+    r"""Soft shrinkage: ``y = x - lambd`` if ``x > lambd``, ``x + lambd`` if ``x < -lambd``, else 0.
 
-    The gradient is 0 on ``[-lambd, lambd]``, its ends included, as torch's; NaN is
-    kept.
+    Matches ``torch.nn.Softshrink(lambd)``. The gradient is 0 on ``[-lambd, lambd]``,
+    its ends included, as torch's; NaN is kept.
 
     Args:
       lambd: the half-width of the zero band, at least 0. Default ``0.5``.
 
     Shape:
       any floating-point input; output the same shape and dtype.
-
-    Matches ``torch.nn.Softshrink(lambd)``.
 
     Example:
       >>> Softshrink().apply({}, jnp.array([-2.0, 0.25, 1.0]))
@@ -252,16 +246,15 @@ class Softshrink(_Activation):
 class Hardshrink(_Activation):
     r"""Hard shrinkage: ``y = x`` if ``|x| > lambd`` else 0.
 
-    The gradient is 0 on ``[-lambd, lambd]``, its ends included, as torch's. A negative
-    ``lambd`` (which torch accepts) leaves every entry as it is.
+    Matches ``torch.nn.Hardshrink(lambd)``. The gradient is 0 on ``[-lambd, lambd]``,
+    its ends included, as torch's. A negative ``lambd`` (which torch accepts) leaves
+    every entry as it is.
 
     Args:
       lambd: the half-width of the zero band. Default ``0.5``.
 
     Shape:
       any floating-point input; output the same shape and dtype.
-
-    Matches ``torch.nn.Hardshrink(lambd)``.
 
     Example:
       >>> Hardshrink().apply({}, jnp.array([-2.0, 0.5, 0.75]))
@@ -283,12 +276,10 @@ class Hardshrink(_Activation):
 class Tanhshrink(_Activation):
     r"""``y = x - tanh(x)``.
 
-    Integer inputs give float32, as torch's.
+    Matches ``torch.nn.Tanhshrink``; integer inputs give float32, as torch's.
 
     Shape:
       any; output the same shape (float32 for integer inputs).
-
-    Matches ``torch.nn.Tanhshrink()``.
 
     Example:
       >>> Tanhshrink().apply({}, jnp.array([0.0, 10.0]))
