@@ -21,12 +21,13 @@ from typing import Any, NoReturn
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers._capture import paused
-from purelayers.layers._checks import LayerError, as_shape, input_dtype
+from purelayers.layers._capture import paused, run_child
+from purelayers.layers._checks import LayerError, as_shape, input_dtype, missing_params, need_dtype
 from purelayers.layers._fit import takes_two
 
 __all__ = [
     "FrozenDict",
+    "apply_child",
     "check_child_name",
     "check_static_train",
     "members",
@@ -356,3 +357,66 @@ def raise_with_path(error: Exception, parent: str, name: str, child: str) -> NoR
     error._purelayers_where = (message, path, layer)  # type: ignore[attr-defined]
     error.args = (f"{parent}[{'.'.join(path)}] {layer}: {message}", *error.args[1:])
     raise error
+
+
+# -- applying a child ----------------------------------------------------------------
+
+
+def in_library(cls: type) -> bool:
+    return cls.__module__.split(".")[0] == "purelayers"
+
+
+def child_part(tree: Any, name: str) -> Any:
+    """The entry of ``tree`` at the dotted ``name`` (``{}`` where a level is missing)."""
+    for part in name.split("."):
+        tree = tree.get(part, {}) if isinstance(tree, Mapping) else {}
+    return tree
+
+
+def apply_child(
+    parent: Any, name: str, child: Any, params: Any, x: Any, *args: Any, **kwargs: Any
+) -> Any:
+    """``child.apply(params, x, *args, **kwargs)`` with errors naming ``parent[name]``.
+
+    ``Layer.call`` looks the child up by name; containers that hold their children's
+    params in another form (``Repeat``'s stacked blocks) call this directly.
+    """
+    # a checking parent's tree was checked: the child runs unchecked
+    run = unchecked(child) if hasattr(type(parent).apply, "unchecked") else child.apply
+    try:
+        need_dtype(type(child).__name__, x, child.accepts)
+        return run_child(name, lambda: run(params, x, *args, **kwargs))
+    except LayerError as e:
+        raise e.within(type(parent).__name__, name) from None
+    except ValueError as e:
+        if type(e) is not ValueError:  # another library's own kind of error: as it is
+            raise
+        # a plain ValueError (a custom layer's own shape check): given the path too
+        layer = type(child).__name__
+        message = str(e).removeprefix(f"{layer}: ")
+        raise LayerError(layer, message, None, None).within(type(parent).__name__, name) from e
+    except KeyError as e:
+        if not e.args or (isinstance(params, Mapping) and e.args[0] in params):
+            raise
+        state = kwargs.get("state")
+        if _a_missing_buffer(child, e.args[0], state, x):
+            err = missing_params(type(child).__name__, e, state, what="state")
+        else:
+            err = missing_params(type(child).__name__, e, params)
+        raise err.within(type(parent).__name__, name) from None
+    except Exception as e:
+        # any other exception keeps its type and gains the child's path in its message
+        raise_with_path(e, type(parent).__name__, name, type(child).__name__)
+
+
+def _a_missing_buffer(child: Any, key: Any, state: Any, x: Any) -> bool:
+    """Whether ``key`` is a buffer ``child.init_state`` builds for ``x`` that ``state``
+    lacks (so the error is the state's, not the params')."""
+    if not isinstance(state, Mapping) or key in state or not hasattr(child, "init_state"):
+        return False
+    try:
+        with paused():
+            expected = jax.eval_shape(lambda: child.init_state(tuple(jnp.shape(x))))
+    except Exception:  # no expected state for this input: not a buffer
+        return False
+    return isinstance(expected, Mapping) and key in expected

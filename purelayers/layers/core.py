@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers._capture import paused, run_child
+from purelayers.layers._capture import paused
 from purelayers.layers._checked import (
     _checking,
     _checking_shape,
@@ -27,18 +27,18 @@ from purelayers.layers._checks import (
     LayerError,
     as_shape,
     input_dtype,
-    missing_params,
-    need_dtype,
 )
 from purelayers.layers._compose import (
+    apply_child,
     check_child_name,
     check_static_train,
+    child_part,
     derived_init,
     derived_init_state,
     freeze_fields,
+    in_library,
     is_layers_dict,
     is_layers_tuple,
-    raise_with_path,
     recording_call,
 )
 from purelayers.layers._field_checks import check_fields
@@ -111,7 +111,7 @@ class Layer(metaclass=_LayerType):
         # the library's own layers check the params they are given; a user's apply
         # stays the function it is (its children are checked as ``call`` runs them)
         raw = cls.__dict__.get("apply")
-        if callable(raw) and not hasattr(raw, "unchecked") and _in_library(cls):
+        if callable(raw) and not hasattr(raw, "unchecked") and in_library(cls):
             cls.apply = _checking(raw)
         raw_init = cls.__dict__.get("init")
         if callable(raw_init) and not hasattr(raw_init, "unchecked"):
@@ -259,9 +259,9 @@ class Layer(metaclass=_LayerType):
             recording_call(self, name, child, params, x, args, kwargs)
         except LayerError as e:  # the child's init refuses the input apply gives it
             raise e.within(type(self).__name__, name) from None
-        p = _part(params, name)
+        p = child_part(params, name)
         if "state" in kwargs:
-            part = _part(kwargs["state"], name) if kwargs["state"] is not None else None
+            part = child_part(kwargs["state"], name) if kwargs["state"] is not None else None
             if part is None or (isinstance(part, Mapping) and not jax.tree.leaves(part)):
                 kwargs = {k: v for k, v in kwargs.items() if k != "state"}
             else:
@@ -310,66 +310,6 @@ class Layer(metaclass=_LayerType):
                 sub = tree[name]
                 out[name] = child.ordered(sub) if isinstance(sub, (dict, Stacked)) else sub
         return out
-
-
-def _in_library(cls: type) -> bool:
-    return cls.__module__.split(".")[0] == "purelayers"
-
-
-def _part(tree: Any, name: str) -> Any:
-    """The entry of ``tree`` at the dotted ``name`` (``{}`` where a level is missing)."""
-    for part in name.split("."):
-        tree = tree.get(part, {}) if isinstance(tree, Mapping) else {}
-    return tree
-
-
-def apply_child(
-    parent: Layer, name: str, child: Layer, params: Any, x: Any, *args: Any, **kwargs: Any
-) -> Any:
-    """``child.apply(params, x, *args, **kwargs)`` with errors naming ``parent[name]``.
-
-    ``Layer.call`` looks the child up by name; containers that hold their children's
-    params in another form (``Repeat``'s stacked blocks) call this directly.
-    """
-    # a checking parent's tree was checked: the child runs unchecked
-    run = unchecked(child) if hasattr(type(parent).apply, "unchecked") else child.apply
-    try:
-        need_dtype(type(child).__name__, x, child.accepts)
-        return run_child(name, lambda: run(params, x, *args, **kwargs))
-    except LayerError as e:
-        raise e.within(type(parent).__name__, name) from None
-    except ValueError as e:
-        if type(e) is not ValueError:  # another library's own kind of error: as it is
-            raise
-        # a plain ValueError (a custom layer's own shape check): given the path too
-        layer = type(child).__name__
-        message = str(e).removeprefix(f"{layer}: ")
-        raise LayerError(layer, message, None, None).within(type(parent).__name__, name) from e
-    except KeyError as e:
-        if not e.args or (isinstance(params, Mapping) and e.args[0] in params):
-            raise
-        state = kwargs.get("state")
-        if _a_missing_buffer(child, e.args[0], state, x):
-            err = missing_params(type(child).__name__, e, state, what="state")
-        else:
-            err = missing_params(type(child).__name__, e, params)
-        raise err.within(type(parent).__name__, name) from None
-    except Exception as e:
-        # any other exception keeps its type and gains the child's path in its message
-        raise_with_path(e, type(parent).__name__, name, type(child).__name__)
-
-
-def _a_missing_buffer(child: Layer, key: Any, state: Any, x: Any) -> bool:
-    """Whether ``key`` is a buffer ``child.init_state`` builds for ``x`` that ``state``
-    lacks (so the error is the state's, not the params')."""
-    if not isinstance(state, Mapping) or key in state or not hasattr(child, "init_state"):
-        return False
-    try:
-        with paused():
-            expected = jax.eval_shape(lambda: child.init_state(tuple(jnp.shape(x))))
-    except Exception:  # no expected state for this input: not a buffer
-        return False
-    return isinstance(expected, Mapping) and key in expected
 
 
 def _spec(shape: Any, dtype: Any) -> jax.ShapeDtypeStruct:

@@ -431,6 +431,3 @@ def test_sequential_keeps_the_written_order_for_a_capture():
     conv = model[0].apply(params["0"], x)
     np.testing.assert_array_equal(np.asarray(seen["1"]), np.asarray(jax.nn.relu(conv)))
     np.testing.assert_array_equal(np.asarray(y), np.asarray(model.apply(params, x)))
-
-
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's buffer assignment")
