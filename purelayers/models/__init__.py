@@ -7,7 +7,7 @@ model, params)`` writes a folder transformers loads; ``generate`` decodes causal
 with one jitted prefill and one jitted decode step over a fixed-shape cache.
 """
 
-from purelayers.models._hub import from_pretrained, save_pretrained
+from purelayers.models._hub import from_pretrained, name_or_path, save_pretrained
 from purelayers.models.bert import BertConfig, BertModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
@@ -20,6 +20,7 @@ from purelayers.models.llama import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from purelayers.models.phi3 import Phi3Config, Phi3ForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.vit import ViTConfig, ViTModel
 
@@ -36,6 +37,8 @@ __all__ = [
     "LlamaForCausalLM",
     "MistralConfig",
     "MistralForCausalLM",
+    "Phi3Config",
+    "Phi3ForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
     "ResNet",
@@ -43,6 +46,7 @@ __all__ = [
     "ViTModel",
     "from_pretrained",
     "generate",
+    "name_or_path",
     "resnet18",
     "resnet34",
     "resnet50",
