@@ -309,11 +309,11 @@ class Phi3ForCausalLM(LlamaForCausalLM):
     """``transformers.Phi3ForCausalLM`` (Phi-3 and Phi-4 checkpoints): ``model`` plus
     ``lm_head`` (tied with ``tie_word_embeddings=True``), the API of ``CausalLM``.
 
-    A note on decoding with LongRoPE: ``generate`` keeps each position's keys as the
-    step that wrote them rotated them, so a generation that crosses
-    ``original_max_position_embeddings`` keeps the short-factor keys of the earlier
-    positions (transformers' Phi-3 recomputes the whole sequence once at that step);
-    a prompt already past it, or a forward over the whole sequence, is exact.
+    Decoding with LongRoPE: a call's positions pick the short or the long factors, so
+    the keys in the cache keep the factors of the call that wrote them; at the step
+    where the sequence first reaches ``original_max_position_embeddings + 1`` tokens,
+    ``generate`` runs the whole sequence again into an empty cache
+    (``recompute_cache_at``), as transformers' Phi-3 does.
     """
 
     config: Phi3Config
@@ -323,3 +323,11 @@ class Phi3ForCausalLM(LlamaForCausalLM):
         c = self.config
         head = Linear(c.vocab_size, bias=False, weight_init=_init.normal(std=c.initializer_range))
         return {"model": Phi3Model(c), "lm_head": head}
+
+    @property
+    def recompute_cache_at(self) -> int | None:
+        """The sequence length at which ``generate`` recomputes the whole sequence
+        (LongRoPE's switch to the long factors; ``None`` for other ropes)."""
+        if isinstance(self.config.rope(), LongRopeRotaryEmbedding):
+            return self.config.original_max_position_embeddings + 1
+        return None

@@ -252,3 +252,29 @@ def test_lora_capture_and_sharding_rules_reach_the_fused_projections(made):
     specs = pl.params.flatten(S.partition_specs(pl.params.abstract(model, (1, 1)), rules, mesh))
     assert specs["model.layers.0.self_attn.qkv_proj.weight"] == S.P(None, "model", None)
     assert specs["model.layers.0.self_attn.o_proj.weight"] == S.P(None, None, "model")
+
+
+def test_greedy_generate_across_the_longrope_switch_equals_transformers(torch, made):
+    """A prompt of 3 (left-padded rows of 1 and 3 tokens) generating 7 tokens crosses
+    ``original_max_position_embeddings=4``: transformers' Phi-3 runs the whole sequence
+    again at that step, and so does ``generate``; the tokens are equal, stacked or
+    unrolled blocks."""
+    hf, model, params = made["longrope-partial"]
+    assert model.recompute_cache_at == 5
+    ids, mask = _batch()
+    ids, mask = ids[:, 3:6].copy(), mask[:, 3:6].copy()
+    mask[1, :2], ids[1, :2] = 0, 0
+    want = hf.generate(
+        torch.tensor(ids),
+        attention_mask=torch.tensor(mask),
+        max_new_tokens=7,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    ).numpy()
+    for unroll in (True, False):
+        got = M.generate(
+            model, params, ids, attention_mask=mask, max_new_tokens=7, eos_token_id=None,
+            unroll_blocks=unroll,
+        )  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(got), want)
