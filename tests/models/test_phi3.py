@@ -172,8 +172,8 @@ def test_greedy_generate_equals_transformers_and_sampling_runs(torch, made, case
 
 
 def test_hugging_face_folders_both_ways(torch, transformers, made, tmp_path):
-    """transformers' folder loads with ours (remembering the folder), ours loads with
-    transformers', logits equal; the config round-trips."""
+    """transformers' folder loads with ours (remembering the folder; onto a mesh too),
+    ours loads with transformers', logits equal; the config round-trips."""
     hf, model, _params = made["longrope-partial"]
     hf.save_pretrained(tmp_path / "hf")
     ids = _batch()[0][:1]
@@ -189,6 +189,21 @@ def test_hugging_face_folders_both_ways(torch, transformers, made, tmp_path):
     assert type(back).__name__ == "Phi3ForCausalLM"
     np.testing.assert_allclose(back(torch.tensor(ids)).logits.detach().numpy(), want, atol=2e-5)
     assert M.from_pretrained(tmp_path / "ours")[0] == loaded
+    # onto a mesh with the attention rules (qkv_proj split by rows): the same values
+    import purelayers.sharding as S
+
+    mesh = S.make_mesh("model=1")
+    rules = [*S.attention("model.layers.*.self_attn"), ("*", S.P())]
+    _, placed = M.from_pretrained(
+        tmp_path / "hf",
+        shardings=lambda m: S.named_shardings(pl.params.abstract(m, (1, 1)), rules, mesh),
+    )
+    qkv = placed["model"]["layers"]["self_attn"]["qkv_proj"]["weight"]
+    assert isinstance(qkv.sharding, S.NamedSharding) and qkv.sharding.spec == S.P(
+        None, "model", None
+    )
+    for name, a in pl.params.flatten(placed).items():
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(pl.params.flatten(got)[name]))
 
 
 def test_a_v4_su_config_reads_as_transformers_reads_it(torch, transformers, made):
