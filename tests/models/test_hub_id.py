@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from purelayers import lora
 from purelayers import models as M
 
 
@@ -44,6 +45,8 @@ def test_a_hub_id_loads_from_the_cache_offline_at_a_revision(hub_cache):
         want_model, want = made[ref]
         assert model == want_model
         assert M.name_or_path(model) == "tiny-org/tiny-llama"
+        wrapped = lora.wrap(model, ["q_proj"], r=2)  # kept by a LoRA-wrapped copy
+        assert M.name_or_path(wrapped) == M.name_or_path(wrapped.model) == "tiny-org/tiny-llama"
         np.testing.assert_array_equal(
             np.asarray(model.apply(params, ids)), np.asarray(want_model.apply(want, ids))
         )
