@@ -224,6 +224,10 @@ def generate(
     scanning the stacked weights (GPT-2-small at batch 1), for memory holding the
     blocks' weights twice while generating; ``False`` decodes from the stacked weights.
 
+    A model with a ``recompute_cache_at`` length (Phi-3 with LongRoPE) has the whole
+    sequence run again into an empty cache at the step that reaches it, as its
+    transformers counterpart does.
+
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
     """
