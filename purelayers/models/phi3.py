@@ -169,7 +169,7 @@ class Phi3Config(LlamaConfig):
         half = int(self.dim_per_head * fraction) // 2
         factors = {}
         for field in ("short_factor", "long_factor"):
-            value = params[field]
+            value = params.get(field)
             if not isinstance(value, (tuple, list)) or len(value) != half:
                 raise ValueError(
                     f"{name}: rope {field} must be a list of {half} numbers (rotary dim "

@@ -230,6 +230,12 @@ def test_bad_configs_name_the_field(tmp_path):
         M.Phi3Config(**TINY, **IDS, rope_parameters={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(ValueError, match=r"^Phi3Config: rope short_factor must be a list of 2 "):
         M.Phi3Config(**TINY, **IDS, rope_parameters={**LONGROPE, "short_factor": [1.0]})
+    with pytest.raises(
+        ValueError, match=r"^Phi3Config: rope long_factor must be a list of 4 .*None"
+    ):
+        M.Phi3Config(
+            **TINY, **IDS, rope_parameters={"rope_type": "su", "short_factor": [1, 2, 3, 4]}
+        )
     with pytest.raises(ValueError, match=r"^Phi3Config: partial_rotary_factor must be in \(0, 1]"):
         M.Phi3Config(**TINY, **IDS, partial_rotary_factor=1.5)
     with pytest.raises(ValueError, match=r"^Phi3Config: attention_bias is not a setting"):
