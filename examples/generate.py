@@ -1,11 +1,15 @@
-"""Generate text with a causal LM loaded from a Hugging Face folder.
+"""Generate text with a causal LM loaded from a Hugging Face folder or Hub id.
 
     python examples/generate.py                        # a small random GPT-2, offline
     python examples/generate.py --model PATH --prompt "def fib(n):" --max-new-tokens 64
+    python examples/generate.py --model microsoft/Phi-4-mini-instruct --prompt "Hi!"
 
-``--model`` is a folder with ``config.json`` and ``model.safetensors`` (GPT-2, Llama,
-Mistral or Qwen2; its tokenizer files, where it has them, through transformers).
-With no folder, transformers builds a small GPT-2 with random weights, saves it with
+``--model`` is a folder with ``config.json`` and ``model.safetensors`` (any model type
+``from_pretrained`` reads: GPT-2, Llama, Mistral, Qwen2, Phi-3, ...), or a Hub id
+(through ``huggingface_hub``'s cache; ``HF_HUB_OFFLINE=1`` reads only the cache). Its
+tokenizer is the folder's own, through transformers' ``AutoTokenizer`` (no torch
+needed); where the tokenizer has a chat template, the prompt is sent as one user
+message through it (``--chat``/``--no-chat`` to force either way). With no folder, transformers builds a small GPT-2 with random weights, saves it with
 ``save_pretrained`` and it is loaded back from there (nothing is downloaded); its
 "tokenizer" is bytes. Tokens stream behind a progress bar; the run prints the time of
 the first call (compiling the prefill and decode step) and the tokens per second after.
@@ -58,13 +62,32 @@ class Bytes:
         return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
 
 
-def tokenizer_for(folder: Path):
-    """The folder's own tokenizer where it has one, else bytes."""
-    if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+def tokenizer_for(source: str | Path):
+    """The folder's (or Hub id's) own tokenizer where it has one, else bytes."""
+    folder = Path(source)
+    files = ("tokenizer.json", "tokenizer_config.json")
+    if folder.is_dir() and not any((folder / f).is_file() for f in files):
         return Bytes()
     import transformers
 
-    return transformers.AutoTokenizer.from_pretrained(folder)
+    return transformers.AutoTokenizer.from_pretrained(source)
+
+
+def prompt_ids(tok, prompt: str, chat: bool | None) -> tuple[list[int], bool]:
+    """The prompt's ids and whether the chat template made them: as one user message
+    through the tokenizer's chat template when ``chat`` (``None``: where it has one),
+    else the plain text (with the tokenizer's own special tokens)."""
+    has_template = bool(getattr(tok, "chat_template", None))
+    if chat and not has_template:
+        raise SystemExit("--chat: this tokenizer has no chat template")
+    if chat is None:
+        chat = has_template
+    if not chat:
+        return list(tok.encode(prompt)), False
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    return list(tok(text, add_special_tokens=False)["input_ids"]), True
 
 
 class Progress:
@@ -85,8 +108,13 @@ class Progress:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, default=None, help="a Hugging Face model folder")
+    p.add_argument("--model", default=None, help="a Hugging Face model folder or Hub id")
     p.add_argument("--prompt", default="The quick brown fox")
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat", dest="chat", action="store_true", default=None, help="use the chat template"
+    )
+    chat.add_argument("--no-chat", dest="chat", action="store_false", help="plain text prompt")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--sample", action="store_true", help="sample (else greedy)")
     p.add_argument("--temperature", type=float, default=0.8)
@@ -107,7 +135,11 @@ def main(argv=None) -> dict:
         folder = random_gpt2(Path(tempfile.mkdtemp()), args.width, args.depth, args.heads)
     model, params = M.from_pretrained(folder)
     tok = tokenizer_for(folder)
-    ids = np.array([tok.encode(args.prompt)], np.int32)
+    if isinstance(tok, Bytes):
+        prompt, chat = tok.encode(args.prompt), False
+    else:
+        prompt, chat = prompt_ids(tok, args.prompt, args.chat)
+    ids = np.array([prompt], np.int32)
     options = dict(max_new_tokens=args.max_new_tokens)
     if args.sample:
         options.update(
@@ -124,14 +156,23 @@ def main(argv=None) -> dict:
     out = jax.block_until_ready(M.generate(model, params, ids, **options))
     seconds = time.perf_counter() - start
     new = out.shape[1] - ids.shape[1]
-    text = tok.decode(np.asarray(out[0, ids.shape[1] :]))
+    new_ids = [int(i) for i in np.asarray(out[0, ids.shape[1] :])]
+    text = (
+        tok.decode(new_ids)
+        if isinstance(tok, Bytes)
+        else tok.decode(new_ids, skip_special_tokens=True)
+    )
     metrics = {
         "model": str(folder),
+        "model_type": type(model.config).model_type,
+        "chat": chat,
+        "prompt_ids": prompt,
+        "new_ids": new_ids,
         "new_tokens": int(new),
         "first_call_seconds": round(first, 3),
         "tokens_per_second": round(new / seconds, 1),
     }
-    print(repr(args.prompt + text))
+    print(repr(text if chat else args.prompt + text))
     print(json.dumps(metrics))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

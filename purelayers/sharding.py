@@ -404,7 +404,8 @@ def linear_pair(column: str, row: str, axis: str = "model") -> list[Rule]:
 def attention(pattern: str, axis: str = "model") -> list[Rule]:
     """An attention layer at ``pattern`` (``"blocks.*.attn"``) split by heads, under
     the names of each attention class: ``MultiHeadAttention``'s ``qkv``,
-    ``Attention``'s ``q_proj``/``k_proj``/``v_proj`` and ``InProjAttention``'s
+    ``Attention``'s ``q_proj``/``k_proj``/``v_proj``, Phi-3's fused ``qkv_proj`` (rows
+    ``[q | k | v]``) and ``InProjAttention``'s
     ``in_proj_weight``/``in_proj_bias`` (or its ``q_proj_weight``, ... with ``kdim``/
     ``vdim``) column-parallel (rows split); ``out``, ``o_proj`` and ``out_proj``
     row-parallel; ``InProjAttention``'s ``bias_k``/``bias_v`` replicated.
@@ -420,6 +421,7 @@ def attention(pattern: str, axis: str = "model") -> list[Rule]:
         *column_parallel(_at(pattern, "q_proj"), axis),
         *column_parallel(_at(pattern, "k_proj"), axis),
         *column_parallel(_at(pattern, "v_proj"), axis),
+        *column_parallel(_at(pattern, "qkv_proj"), axis),
         *row_parallel(_at(pattern, "o_proj"), axis),
         (_at(pattern, "in_proj_weight"), rows),
         (_at(pattern, "in_proj_bias"), split),

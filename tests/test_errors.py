@@ -83,6 +83,7 @@ TESTED_ELSEWHERE = {
     "models/bert.py": (13, "tests/models/test_bert.py"),
     "models/vit.py": (11, "tests/models/test_vit.py"),
     "models/resnet.py": (9, "tests/models/test_resnet.py"),
+    "models/phi3.py": (3, "tests/models/test_phi3.py"),
 }
 
 # Sites no public call can reach, by the qualified name of their function (in whichever
@@ -446,10 +447,26 @@ def _folder(config=None, text=None, weights=None):
     return folder
 
 
-def _from_pretrained(folder):
+def _from_pretrained(folder, **kwargs):
     from purelayers import models as M
 
-    return M.from_pretrained(folder)
+    return M.from_pretrained(folder, **kwargs)
+
+
+def _from_hub_offline(repo_id):
+    """``from_pretrained(repo_id)`` with ``HF_HUB_OFFLINE=1`` and an empty cache."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HUB_CACHE")}
+    os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(_tmp()))
+    try:
+        return _from_pretrained(repo_id)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _save_pretrained(model, **kwargs):
@@ -1289,7 +1306,13 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("from-pretrained-not-object", lambda: _from_pretrained(_folder(text="[1]")), ValueError,
      r"^from_pretrained: .*config\.json must hold a JSON object$"),
     ("from-pretrained-model-type", lambda: _from_pretrained(_folder({"model_type": "t5"})), ValueError,
-     r"^from_pretrained: .*config\.json has model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit, qwen3, olmo2, gemma2, gemma3_text$"),
+     r"^from_pretrained: .*config\.json has model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit(, \w+)*$"),
+    ("from-pretrained-revision-of-folder", lambda: _from_pretrained(_folder(), revision="v1"), ValueError,
+     r"^from_pretrained: revision='v1' is for a Hub id, and .* is a local folder$"),
+    ("from-pretrained-not-an-id", lambda: _from_pretrained(_tmp() / "no" / "such"), FileNotFoundError,
+     r"^from_pretrained: '.*' is neither a folder nor a Hub id \('org/name'\)$"),
+    ("from-pretrained-id-not-cached", lambda: _from_hub_offline("tiny-org/absent"), FileNotFoundError,
+     r"^from_pretrained: 'tiny-org/absent' is not a folder and was not found in the local cache \(HF_HUB_OFFLINE is set\): "),
     ("from-pretrained-config-value", lambda: _from_pretrained(_folder({**_GPT2_JSON, "n_head": 3})), ValueError,
      r"^from_pretrained: .*config\.json: GPT2Config: "),
     ("from-pretrained-config-missing", lambda: _from_pretrained(_folder({**_LLAMA_JSON, "rope_scaling": {"rope_type": "linear"}})), ValueError,

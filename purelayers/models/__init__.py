@@ -9,7 +9,7 @@ with one jitted prefill and one jitted decode step over a fixed-shape cache;
 masked batches) train them.
 """
 
-from purelayers.models._hub import from_pretrained, save_pretrained
+from purelayers.models._hub import from_pretrained, name_or_path, save_pretrained
 from purelayers.models.bert import BertConfig, BertModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
@@ -29,6 +29,7 @@ from purelayers.models.llama import (
     Qwen2ForCausalLM,
 )
 from purelayers.models.olmo2 import Olmo2Config, Olmo2ForCausalLM
+from purelayers.models.phi3 import Phi3Config, Phi3ForCausalLM
 from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
@@ -54,6 +55,8 @@ __all__ = [
     "MistralForCausalLM",
     "Olmo2Config",
     "Olmo2ForCausalLM",
+    "Phi3Config",
+    "Phi3ForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
     "Qwen3Config",
@@ -65,6 +68,7 @@ __all__ = [
     "encode_chat",
     "from_pretrained",
     "generate",
+    "name_or_path",
     "resnet18",
     "resnet34",
     "resnet50",

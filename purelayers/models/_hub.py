@@ -22,7 +22,7 @@ from purelayers import params as _params
 from purelayers.errors import CheckpointError
 from purelayers.models.config import _thawed
 
-__all__ = ["MODEL_TYPES", "from_pretrained", "save_pretrained"]
+__all__ = ["MODEL_TYPES", "from_pretrained", "name_or_path", "save_pretrained"]
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # bytes, as transformers' "5GB"
 # what ``save_pretrained(..., tokenizer_from=folder)`` copies, where the folder has them
@@ -40,7 +40,7 @@ TOKENIZER_FILES = (
 
 
 def _model_types() -> dict[str, type]:
-    from purelayers.models import bert, gemma, gpt2, llama, olmo2, qwen3, vit
+    from purelayers.models import bert, gemma, gpt2, llama, olmo2, phi3, qwen3, vit
 
     return {
         "gpt2": gpt2.GPT2LMHeadModel,
@@ -53,12 +53,67 @@ def _model_types() -> dict[str, type]:
         "olmo2": olmo2.Olmo2ForCausalLM,
         "gemma2": gemma.Gemma2ForCausalLM,
         "gemma3_text": gemma.Gemma3ForCausalLM,
+        "phi3": phi3.Phi3ForCausalLM,
     }
 
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
+    "phi3",
 )  # fmt: skip
+
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def _resolve(path_or_id: str | os.PathLike, revision: str | None) -> Path:
+    """The local folder for ``path_or_id``: itself where it is a folder, else a Hugging
+    Face Hub id's snapshot in ``huggingface_hub``'s cache (``snapshot_download``,
+    imported only here). ``HF_HUB_OFFLINE`` and ``HF_HUB_CACHE`` are read at the call,
+    so setting them after ``huggingface_hub`` was imported still counts."""
+    folder = Path(path_or_id)
+    if folder.is_dir():
+        if revision is not None:
+            raise ValueError(
+                f"from_pretrained: revision={revision!r} is for a Hub id, and {folder} is a "
+                "local folder"
+            )
+        return folder
+    text = os.fspath(path_or_id)
+    parts = text.split("/")
+    if (
+        not isinstance(path_or_id, str)
+        or len(parts) > 2
+        or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p) for p in parts)
+    ):
+        raise FileNotFoundError(
+            f"from_pretrained: {text!r} is neither a folder nor a Hub id ('org/name')"
+        )
+    import huggingface_hub
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
+    try:
+        found = huggingface_hub.snapshot_download(
+            text,
+            revision=revision,
+            cache_dir=os.environ.get("HF_HUB_CACHE") or None,
+            local_files_only=offline,
+            allow_patterns=["*.json", "*.safetensors", "*.jinja", "*.model", "*.txt"],
+        )
+    except Exception as e:  # not in the cache offline, unknown repo, no network
+        where = "in the local cache (HF_HUB_OFFLINE is set)" if offline else "on the Hub"
+        raise FileNotFoundError(
+            f"from_pretrained: {text!r} is not a folder and was not found {where}: "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    return Path(found)
+
+
+def name_or_path(model: Any) -> str | None:
+    """The folder (as given) or Hub id ``from_pretrained`` loaded ``model`` from
+    (transformers' ``config._name_or_path``): kept on the model's config, so a copy of
+    the model (a LoRA-wrapped one too) keeps it; ``None`` for a model built here."""
+    config = getattr(model, "config", None)
+    return getattr(config, "name_or_path", None)
 
 
 def _read_object(file: Path) -> dict[str, Any]:
@@ -117,14 +172,18 @@ def _adapt_names(
 
 
 def from_pretrained(
-    path: str | os.PathLike, *, dtype: Any = None, shardings: Any = None
+    path_or_id: str | os.PathLike,
+    *,
+    dtype: Any = None,
+    revision: str | None = None,
+    shardings: Any = None,
 ) -> tuple[Any, Any]:
-    """``(model, params)`` from a Hugging Face model folder.
+    """``(model, params)`` from a Hugging Face model folder or Hub id.
 
     The folder holds ``config.json`` and ``model.safetensors`` (or a sharded
     ``model.safetensors.index.json`` and its shards). The class comes from
     ``config["model_type"]`` (``gpt2``, ``llama``, ``mistral``, ``qwen2``, ``bert``,
-    ``vit``). Params are read by name (``pl.params.load_state_dict``'s strict rules:
+    ``vit``, ``phi3``). Params are read by name (``pl.params.load_state_dict``'s strict rules:
     every name of the model must be in the file; a tied name may be absent), each
     tensor copied once from the memory-mapped file into its final dtype; nothing is
     initialized. A file saved from another head of the same base model loads too: the
@@ -141,8 +200,15 @@ def from_pretrained(
     field, so it takes no part in equality), which ``lora.save_adapter`` records as the
     adapter's base model.
 
+    ``name_or_path(model)`` tells where the model came from (``path_or_id`` as given).
+
     Args:
-      path: the folder.
+      path_or_id: the folder, or a Hugging Face Hub id (``"org/name"``) resolved
+        through ``huggingface_hub``'s cache (``snapshot_download``: downloaded there
+        unless already cached; with ``HF_HUB_OFFLINE=1`` only the cache is read,
+        ``HF_HUB_CACHE`` says where it is). A missing folder or id is a
+        ``FileNotFoundError``.
+      revision: a Hub id's branch, tag or commit. Default ``None``: ``main``.
       dtype: the floating dtype of the params (``jnp.bfloat16``, say). Default
         ``None``: each tensor keeps the file's dtype.
       shardings: a tree of ``Sharding``s shaped like the params (``sharding.
@@ -151,7 +217,7 @@ def from_pretrained(
         each device then reads only its own slices from the memory-mapped file(s), as
         ``sharding.load_sharded`` does. Default ``None``: the default device.
     """
-    folder = Path(path)
+    folder = _resolve(path_or_id, revision)
     config = _read_config(folder)
     types = _model_types()
     model_type = config.get("model_type")
@@ -169,7 +235,10 @@ def from_pretrained(
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
     except ValueError as e:
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: {e}") from None
-    object.__setattr__(model, "name_or_path", str(path))  # transformers' model.name_or_path
+    # where it came from (transformers' name_or_path), on the model and its config
+    # (frozen; not fields: neither compared nor saved)
+    object.__setattr__(model, "name_or_path", os.fspath(path_or_id))
+    object.__setattr__(model.config, "name_or_path", os.fspath(path_or_id))
     real = _params.abstract(model, model.example_shape())
     tensors = _io.scan(folder)[0]
     aliases = model.aliases()

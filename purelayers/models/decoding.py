@@ -108,6 +108,16 @@ def _decode(model, rule, params, token, slot_mask, cache, key, step, finished):
     return token, finished, cache
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(5,))
+def _refill(model, rule, params, seq, slot_mask, cache, key, step, finished):
+    """Step ``step`` recomputed over the whole sequence so far into an empty cache."""
+    logits, cache = model.apply(
+        params, seq, attention_mask=slot_mask, cache=cache, logits_to_keep=1
+    )
+    token, finished = rule.next(logits[:, -1], key, step, finished)
+    return token, finished, cache
+
+
 def _unstacked(layer: Any, params: Any) -> Any:
     """``params`` with every ``Repeat``'s stacked blocks as per-block copies."""
     if isinstance(layer, Repeat):
@@ -219,6 +229,10 @@ def generate(
     as it is, un-merged: each targeted layer adds its adapter's product at every step;
     ``lora.merge`` first folds the adapters into the weights, for the base model's speed.
 
+    A model with a ``recompute_cache_at`` length (Phi-3 with LongRoPE) has the whole
+    sequence run again into an empty cache at the step that reaches it, as its
+    transformers counterpart does.
+
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
     """
@@ -276,16 +290,20 @@ def generate(
         [mask.astype(jnp.int32), jnp.ones((b, max_new_tokens), jnp.int32)], 1
     )
     dtype = jax.tree.leaves(params)[0].dtype
-    cache = model.init_cache(
-        (b, max_len), dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
-    )
+    cache_dtype = dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
+    cache = model.init_cache((b, max_len), cache_dtype)
     rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None)
     finished = jnp.zeros((b,), bool)
     token, finished, cache = _prefill(model, rule, params, ids, slot_mask, cache, key, finished)
     decode_params = params
-    if unroll_blocks and max_new_tokens > 1:
+    unrolled = unroll_blocks and max_new_tokens > 1
+    if unrolled:
         decode_params = _unstacked(model, params)
         cache = _unstacked_cache(model, cache)
+    # a sequence length at which the model's transformers counterpart drops its cache and
+    # runs the whole sequence again (Phi-3's LongRoPE switching to its long factors)
+    refill = getattr(model, "recompute_cache_at", None)
+    fed = [ids]  # the ids given to the model so far, on the device
     out = [np.asarray(ids)]
     if streamer is not None:
         streamer.put(out[0])
@@ -293,7 +311,13 @@ def generate(
         # Step ``step`` is queued before step ``step - 1``'s token is read, so the device
         # never waits for the host; a step queued after every row finished is dropped.
         ahead = None
-        if step < max_new_tokens:
+        fed.append(token[:, None])
+        if step < max_new_tokens and refill is not None and prompt < refill == prompt + step:
+            empty = model.init_cache((b, max_len), cache_dtype)
+            empty = _unstacked_cache(model, empty) if unrolled else empty
+            seq = jnp.concatenate(fed, axis=1)
+            ahead = _refill(model, rule, decode_params, seq, slot_mask, empty, key, step, finished)
+        elif step < max_new_tokens:
             ahead = _decode(
                 model, rule, decode_params, token, slot_mask, cache, key, step, finished
             )
