@@ -1,0 +1,109 @@
+"""``F.moe_experts`` (the dropless top-k dispatch) equals ``F.moe_experts_reference``
+(every expert on every token) in values and first derivatives, for both weight
+layouts, biases, the clamped SwiGLU and odd sizes; ``F.load_balancing_loss`` equals
+transformers' ``load_balancing_loss_func``."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from purelayers import functional as F
+
+
+def _silu_glu(g, u):
+    return jax.nn.silu(g) * u
+
+
+def _case(seed, n, hidden, inter, experts, top_k, fused):
+    rng = np.random.default_rng(seed)
+    r = lambda *s: jnp.asarray(rng.standard_normal(s).astype(np.float32))  # noqa: E731
+    x, logits = r(n, hidden), r(n, experts)
+    if fused:  # gpt-oss: (in, out) layout, one interleaved projection, biases
+        w_in, w_out = (r(experts, hidden, 2 * inter),), r(experts, inter, hidden)
+        extra = dict(b_in=(r(experts, 2 * inter),), b_out=r(experts, hidden), in_out=True)
+        extra["act"] = lambda gu: F.clamped_swiglu(gu * 4, 1.702, 7.0)  # reach the clamps
+        weights, idx = F.top_k_routing(logits, top_k, softmax_first=False)
+    else:
+        w_in, w_out = (
+            (r(experts, inter, hidden), r(experts, inter, hidden)),
+            r(experts, hidden, inter),
+        )
+        extra = dict(act=_silu_glu)
+        weights, idx = F.top_k_routing(logits, top_k)
+    return x, weights, idx, w_in, w_out, extra, r(n, hidden)
+
+
+def _compare(case, tile=None):
+    x, weights, idx, w_in, w_out, extra, cot = case
+
+    @jax.jit
+    def both(x, weights, w_in, w_out):
+        def run(f, **kw):
+            def loss(x, weights, w_in, w_out):
+                return jnp.sum(f(x, weights, idx, w_in, w_out, **extra, **kw) * cot)
+
+            return jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(x, weights, w_in, w_out)
+
+        return run(F.moe_experts, tile=tile), run(F.moe_experts_reference)
+
+    (l1, g1), (l2, g2) = both(x, weights, w_in, w_out)
+    np.testing.assert_allclose(l1, l2, rtol=1e-4, atol=1e-3)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3)
+    y1 = F.moe_experts(x, weights, idx, w_in, w_out, **extra, tile=tile)
+    y2 = F.moe_experts_reference(x, weights, idx, w_in, w_out, **extra)
+    np.testing.assert_allclose(y1, y2, rtol=1e-5, atol=1e-4)
+
+
+def test_benchmark_like_shape():
+    """The benchmark's layer at a smaller width: 256 tokens, 8 experts, top 2."""
+    _compare(_case(0, 256, 32, 48, 8, 2, fused=False))
+
+
+@pytest.mark.parametrize(
+    "n,experts,top_k,fused,tile",
+    [(1, 4, 1, False, None), (7, 5, 2, True, None), (13, 3, 3, False, 4), (33, 6, 2, True, 2)],
+)
+def test_odd_shapes(n, experts, top_k, fused, tile):
+    _compare(_case(n, n, 6, 5, experts, top_k, fused), tile)
+
+
+def test_jvp_equal():
+    x, weights, idx, w_in, w_out, extra, _ = _case(3, 9, 6, 5, 4, 2, fused=True)
+    tangent = jnp.ones_like(x)
+    f1 = lambda x: F.moe_experts(x, weights, idx, w_in, w_out, **extra)  # noqa: E731
+    f2 = lambda x: F.moe_experts_reference(x, weights, idx, w_in, w_out, **extra)  # noqa: E731
+    np.testing.assert_allclose(
+        jax.jvp(f1, (x,), (tangent,))[1], jax.jvp(f2, (x,), (tangent,))[1], rtol=1e-4, atol=1e-4
+    )
+
+
+def test_routing_orders():
+    """Softmax over every expert then the top k, renormalized, equals the softmax of the
+    top-k logits; gpt-oss's order takes the top logits first."""
+    logits = jnp.asarray(np.random.default_rng(0).standard_normal((5, 6)), jnp.float32)
+    w, i = F.top_k_routing(logits, 2)
+    top = jnp.take_along_axis(logits, i, axis=1)
+    np.testing.assert_allclose(w, jax.nn.softmax(top, axis=-1), rtol=1e-6)
+    w2, i2 = F.top_k_routing(logits, 2, softmax_first=False)
+    np.testing.assert_array_equal(i, i2)
+    np.testing.assert_allclose(w2, w, rtol=1e-6)
+    w3, _ = F.top_k_routing(logits, 2, normalize=False)
+    np.testing.assert_allclose(w3, jnp.take_along_axis(jax.nn.softmax(logits), i, 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_load_balancing_loss_equals_transformers(torch, transformers, masked):
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    rng = np.random.default_rng(4)
+    logits = [rng.standard_normal((2 * 5, 6)).astype(np.float32) for _ in range(3)]
+    mask = np.ones((2, 5), np.int64)
+    mask[1, :2] = 0
+    mask = mask if masked else None
+    want = load_balancing_loss_func(
+        tuple(torch.tensor(a) for a in logits), 6, 2, None if mask is None else torch.tensor(mask)
+    )
+    got = F.load_balancing_loss([jnp.asarray(a) for a in logits], 6, 2, mask)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-6)
