@@ -8,6 +8,7 @@ with one jitted prefill and one jitted decode step over a fixed-shape cache.
 """
 
 from purelayers.models._hub import from_pretrained, save_pretrained
+from purelayers.models._moe import load_balancing_loss
 from purelayers.models.bert import BertConfig, BertModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
@@ -20,6 +21,8 @@ from purelayers.models.llama import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from purelayers.models.mixtral import MixtralConfig, MixtralForCausalLM
+from purelayers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.vit import ViTConfig, ViTModel
 
@@ -36,13 +39,18 @@ __all__ = [
     "LlamaForCausalLM",
     "MistralConfig",
     "MistralForCausalLM",
+    "MixtralConfig",
+    "MixtralForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
+    "Qwen3MoeConfig",
+    "Qwen3MoeForCausalLM",
     "ResNet",
     "ViTConfig",
     "ViTModel",
     "from_pretrained",
     "generate",
+    "load_balancing_loss",
     "resnet18",
     "resnet34",
     "resnet50",

@@ -28,19 +28,21 @@ DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # bytes, as transformers' "5GB"
 
 
 def _model_types() -> dict[str, type]:
-    from purelayers.models import bert, gpt2, llama, vit
+    from purelayers.models import bert, gpt2, llama, mixtral, qwen3_moe, vit
 
     return {
         "gpt2": gpt2.GPT2LMHeadModel,
         "llama": llama.LlamaForCausalLM,
         "mistral": llama.MistralForCausalLM,
         "qwen2": llama.Qwen2ForCausalLM,
+        "mixtral": mixtral.MixtralForCausalLM,
+        "qwen3_moe": qwen3_moe.Qwen3MoeForCausalLM,
         "bert": bert.BertModel,
         "vit": vit.ViTModel,
     }
 
 
-MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "bert", "vit")
+MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen3_moe", "bert", "vit")
 
 
 def _read_object(file: Path) -> dict[str, Any]:
