@@ -81,6 +81,11 @@ TESTED_ELSEWHERE = {
     "models/bert.py": (13, "tests/models/test_bert.py"),
     "models/vit.py": (11, "tests/models/test_vit.py"),
     "models/resnet.py": (9, "tests/models/test_resnet.py"),
+    "functional/moe.py": (2, "tests/functional/test_moe.py"),
+    "layers/moe.py": (4, "tests/functional/test_moe.py"),
+    "models/_moe.py": (5, "tests/functional/test_moe.py and tests/models/test_moe_families.py"),
+    "models/mixtral.py": (1, "tests/functional/test_moe.py"),
+    "models/qwen3_moe.py": (2, "tests/functional/test_moe.py"),
 }
 
 # Sites no public call can reach, by the qualified name of their function (in whichever
@@ -1236,7 +1241,7 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("from-pretrained-not-object", lambda: _from_pretrained(_folder(text="[1]")), ValueError,
      r"^from_pretrained: .*config\.json must hold a JSON object$"),
     ("from-pretrained-model-type", lambda: _from_pretrained(_folder({"model_type": "t5"})), ValueError,
-     r"^from_pretrained: .*config\.json has model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit$"),
+     r"^from_pretrained: .*config\.json has model_type 't5'; supported: gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, bert, vit$"),
     ("from-pretrained-config-value", lambda: _from_pretrained(_folder({**_GPT2_JSON, "n_head": 3})), ValueError,
      r"^from_pretrained: .*config\.json: GPT2Config: "),
     ("from-pretrained-config-missing", lambda: _from_pretrained(_folder({**_LLAMA_JSON, "rope_scaling": {"rope_type": "linear"}})), ValueError,

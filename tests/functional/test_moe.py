@@ -107,3 +107,48 @@ def test_load_balancing_loss_equals_transformers(torch, transformers, masked):
     )
     got = F.load_balancing_loss([jnp.asarray(a) for a in logits], 6, 2, mask)
     np.testing.assert_allclose(float(got), float(want), rtol=1e-6)
+
+
+def test_errors_name_the_argument():
+    import purelayers.layers as L
+    from purelayers.models.mixtral import MixtralConfig
+    from purelayers.models.qwen3_moe import Qwen3MoeConfig
+
+    x = jnp.zeros((3, 4))
+    w, i = jnp.zeros((3, 2)), jnp.zeros((3, 2), jnp.int32)
+    with pytest.raises(ValueError, match=r"moe_experts: x must be \(tokens, hidden\)"):
+        F.moe_experts(x[0], w, i, (jnp.zeros((2, 5, 4)),), jnp.zeros((2, 4, 5)), act=jax.nn.silu)
+    with pytest.raises(ValueError, match="moe_experts: every weight must lead with num_experts"):
+        F.moe_experts(x, w, i, (jnp.zeros((3, 5, 4)),), jnp.zeros((2, 4, 5)), act=jax.nn.silu)
+    with pytest.raises(ValueError, match="MixtureOfExperts: top_k must be at most num_experts=2"):
+        L.MixtureOfExperts(2, 3, 4)
+    with pytest.raises(ValueError, match="MixtureOfExperts: style must be one of"):
+        L.MixtureOfExperts(2, 1, 4, style="switch")
+    with pytest.raises(L.LayerError, match="MixtureOfExperts: input rank"):
+        L.MixtureOfExperts(2, 1, 4).init(jax.random.key(0), ())
+    with pytest.raises(ValueError, match="MixtralConfig: num_experts must be a positive int"):
+        MixtralConfig(num_local_experts=0)
+    with pytest.raises(ValueError, match="MixtralConfig: num_experts_per_tok=3 must be at most"):
+        MixtralConfig(num_local_experts=2, num_experts_per_tok=3)
+    with pytest.raises(ValueError, match="MixtralConfig: router_jitter_noise must be 0"):
+        MixtralConfig(router_jitter_noise=0.1)
+    with pytest.raises(ValueError, match="Qwen3MoeConfig: use_sliding_window=True"):
+        Qwen3MoeConfig(use_sliding_window=True)
+    with pytest.raises(ValueError, match="Qwen3MoeConfig: decoder_sparse_step must be"):
+        Qwen3MoeConfig(decoder_sparse_step=0)
+    with pytest.raises(ValueError, match=r"MixtureOfExperts.*num_experts"):
+        L.MixtureOfExperts(0, 1, 4)
+    from purelayers import models as M
+
+    with pytest.raises(ValueError, match=r"load_balancing_loss.*num_experts"):
+        M.load_balancing_loss([], 0, 1)
+    with pytest.raises(ValueError, match=r"load_balancing_loss.*top_k"):
+        M.load_balancing_loss([], 2, 0)
+    tiny = M.MixtralForCausalLM(
+        MixtralConfig(vocab_size=8, hidden_size=8, intermediate_size=4, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, num_local_experts=2)
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="logits_to_keep"):
+        tiny.apply(
+            tiny.init(jax.random.key(0), (1, 2)), jnp.zeros((1, 2), jnp.int32), logits_to_keep=-1
+        )
