@@ -186,6 +186,10 @@ def moe_experts(
     n, k = indices.shape
     experts = w_out.shape[0]
     rows = n * k
+    if rows == 0:  # no tokens: the dense form's empty answer
+        return moe_experts_reference(
+            x, weights, indices, w_in, w_out, act=act, b_in=b_in, b_out=b_out, in_out=in_out
+        )
     tile = tile or _tile(rows, experts)
     flat = indices.reshape(-1)
     order = jnp.argsort(flat, stable=True)  # assignments sorted by expert
@@ -209,9 +213,9 @@ def moe_experts(
         return w[tile_expert]
 
     ys = _expert_mlp(xs, w_in, w_out, act, b_in, b_out, in_out, pick, "tsh,thf->tsf")
-    ys = ys.reshape(capacity, -1)
+    ys = ys.reshape(capacity, ys.shape[-1])
     slot_of = jnp.zeros((rows,), jnp.int32).at[order].set(slot.astype(jnp.int32))
-    per = ys[slot_of].reshape(n, k, -1)
+    per = ys[slot_of].reshape(n, k, ys.shape[-1])
     return jnp.einsum("nk,nkh->nh", weights.astype(per.dtype), per).astype(x.dtype)
 
 

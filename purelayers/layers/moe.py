@@ -4,6 +4,7 @@ Mixtral's, Qwen3-MoE's or gpt-oss's checkpoint names and layouts."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -58,13 +59,16 @@ class ExpertMLP(Layer):
         shape = as_shape(shape)
         gate, up, down = self.names
         inner = Linear(self.intermediate_size, bias=False, weight_init=self.weight_init)
-        outer = Linear(shape[-1], bias=False, weight_init=self.weight_init)
+        # the down projection drawn directly: an empty hidden axis gives a (0, inter) weight
+        w_init = self.weight_init or normal(std=0.02)
         made = {
             gate: inner.init(jax.random.fold_in(key, 0), shape, dtype),
             up: inner.init(jax.random.fold_in(key, 1), shape, dtype),
-            down: outer.init(
-                jax.random.fold_in(key, 2), (*shape[:-1], self.intermediate_size), dtype
-            ),
+            down: {
+                "weight": w_init(
+                    jax.random.fold_in(key, 2), (shape[-1], self.intermediate_size), dtype
+                )
+            },
         }
         return {k: made[k] for k in self.children()}
 
@@ -236,7 +240,7 @@ class MixtureOfExperts(Layer):
         runs the dense every-expert form, ``F.moe_experts_reference``."""
         x = jnp.asarray(x)
         lead = x.shape[:-1]
-        flat = x.reshape(-1, x.shape[-1])
+        flat = x.reshape(math.prod(lead), x.shape[-1])
         logits = self.call(self.router_name, params, flat)
         fused = self.style == "gpt_oss"
         weights, indices = F.top_k_routing(
