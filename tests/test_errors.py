@@ -84,6 +84,11 @@ TESTED_ELSEWHERE = {
     "models/vit.py": (11, "tests/models/test_vit.py"),
     "models/resnet.py": (9, "tests/models/test_resnet.py"),
     "models/phi3.py": (3, "tests/models/test_phi3.py"),
+    "functional/moe.py": (2, "tests/functional/test_moe.py"),
+    "layers/moe.py": (4, "tests/functional/test_moe.py"),
+    "models/_moe.py": (5, "tests/functional/test_moe.py and tests/models/test_moe_families.py"),
+    "models/mixtral.py": (1, "tests/functional/test_moe.py"),
+    "models/qwen3_moe.py": (2, "tests/functional/test_moe.py"),
 }
 
 # Sites no public call can reach, by the qualified name of their function (in whichever

@@ -12,6 +12,7 @@ from purelayers.functional.attention import *
 from purelayers.functional.conv import *
 from purelayers.functional.distance import *
 from purelayers.functional.linear import *
+from purelayers.functional.moe import *
 from purelayers.functional.normalization import *
 from purelayers.functional.pooling import *
 from purelayers.functional.recurrent import *
@@ -22,6 +23,7 @@ _FAMILIES = (
     "conv",
     "distance",
     "linear",
+    "moe",
     "normalization",
     "pooling",
     "recurrent",

@@ -25,6 +25,7 @@ from purelayers.layers.instancenorm import *
 from purelayers.layers.linear import *
 from purelayers.layers.lppool import *
 from purelayers.layers.lrn import *
+from purelayers.layers.moe import *
 from purelayers.layers.multihead import *
 from purelayers.layers.norm import *
 from purelayers.layers.padding import *
@@ -59,6 +60,7 @@ _FAMILIES = (
     "linear",
     "lppool",
     "lrn",
+    "moe",
     "multihead",
     "norm",
     "padding",

@@ -10,6 +10,7 @@ masked batches) train them.
 """
 
 from purelayers.models._hub import from_pretrained, name_or_path, save_pretrained
+from purelayers.models._moe import load_balancing_loss
 from purelayers.models.bert import BertConfig, BertModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
@@ -28,9 +29,11 @@ from purelayers.models.llama import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from purelayers.models.mixtral import MixtralConfig, MixtralForCausalLM
 from purelayers.models.olmo2 import Olmo2Config, Olmo2ForCausalLM
 from purelayers.models.phi3 import Phi3Config, Phi3ForCausalLM
 from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
+from purelayers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
 from purelayers.models.vit import ViTConfig, ViTModel
@@ -53,6 +56,8 @@ __all__ = [
     "LlamaForCausalLM",
     "MistralConfig",
     "MistralForCausalLM",
+    "MixtralConfig",
+    "MixtralForCausalLM",
     "Olmo2Config",
     "Olmo2ForCausalLM",
     "Phi3Config",
@@ -61,6 +66,8 @@ __all__ = [
     "Qwen2ForCausalLM",
     "Qwen3Config",
     "Qwen3ForCausalLM",
+    "Qwen3MoeConfig",
+    "Qwen3MoeForCausalLM",
     "ResNet",
     "ViTConfig",
     "ViTModel",
@@ -68,6 +75,7 @@ __all__ = [
     "encode_chat",
     "from_pretrained",
     "generate",
+    "load_balancing_loss",
     "name_or_path",
     "resnet18",
     "resnet34",

@@ -40,13 +40,26 @@ TOKENIZER_FILES = (
 
 
 def _model_types() -> dict[str, type]:
-    from purelayers.models import bert, gemma, gpt2, llama, olmo2, phi3, qwen3, vit
+    from purelayers.models import (
+        bert,
+        gemma,
+        gpt2,
+        llama,
+        mixtral,
+        olmo2,
+        phi3,
+        qwen3,
+        qwen3_moe,
+        vit,
+    )
 
     return {
         "gpt2": gpt2.GPT2LMHeadModel,
         "llama": llama.LlamaForCausalLM,
         "mistral": llama.MistralForCausalLM,
         "qwen2": llama.Qwen2ForCausalLM,
+        "mixtral": mixtral.MixtralForCausalLM,
+        "qwen3_moe": qwen3_moe.Qwen3MoeForCausalLM,
         "bert": bert.BertModel,
         "vit": vit.ViTModel,
         "qwen3": qwen3.Qwen3ForCausalLM,
@@ -59,7 +72,7 @@ def _model_types() -> dict[str, type]:
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3",
+    "phi3", "mixtral", "qwen3_moe",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")

@@ -649,7 +649,8 @@ def test_configs_round_trip_and_unknown_models_are_named(transformers, tmp_path)
     )
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(
-        ValueError, match="model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit"
+        ValueError,
+        match="model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit",
     ):
         M.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="GPT2Config: n_embd=10 must be divisible by n_head=3"):
