@@ -757,8 +757,18 @@ def test_wrap_rejects_models_it_cannot_wrap(gpt2):
         M.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=8, max_position_embeddings=8)
     )  # fmt: skip
+    assert lora.wrap(bert, ["query"]).target_modules  # BERT holds its children: wrappable
+
+    @dataclasses.dataclass(frozen=True)
+    class Builds(L.Layer):  # a layer that builds its children anew when asked
+        def children(self):
+            return {"query": L.Linear(4)}
+
+        def apply(self, params, x, *, key=None, train=False):
+            return self.call("query", params, x)
+
     with pytest.raises(ValueError, match=r"cannot put a LoRA layer under .*builds its children"):
-        lora.wrap(bert, ["query"])
+        lora.wrap(Builds(), ["query"])
     dilated = L.Sequential({"conv": L.Conv2d(2, 3, dilation=2)})
     with pytest.raises(ValueError, match=r"target 'conv': LoraConv: base must have groups=1"):
         lora.wrap(dilated, ["conv"])

@@ -12,6 +12,12 @@ masked batches) train them.
 from purelayers.models._hub import from_pretrained, name_or_path, save_pretrained
 from purelayers.models._moe import load_balancing_loss
 from purelayers.models.bert import BertConfig, BertModel
+from purelayers.models.bert_heads import (
+    BertForMaskedLM,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
 from purelayers.models.gemma import (
@@ -42,6 +48,10 @@ __all__ = [
     "IGNORE_INDEX",
     "BasicBlock",
     "BertConfig",
+    "BertForMaskedLM",
+    "BertForQuestionAnswering",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
     "BertModel",
     "Bottleneck",
     "Config",

@@ -70,6 +70,20 @@ def _model_types() -> dict[str, type]:
     }
 
 
+def _architectures() -> dict[str, type]:
+    """The task-head classes ``from_pretrained`` picks by ``config["architectures"][0]``
+    (the base classes of ``_model_types()`` are found by name too)."""
+    from purelayers.models import bert_heads
+
+    heads = [
+        bert_heads.BertForSequenceClassification,
+        bert_heads.BertForTokenClassification,
+        bert_heads.BertForMaskedLM,
+        bert_heads.BertForQuestionAnswering,
+    ]
+    return {cls.__name__: cls for cls in [*heads, *_model_types().values()]}
+
+
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
     "phi3", "mixtral", "qwen3_moe",
@@ -240,6 +254,11 @@ def from_pretrained(
             f"supported: {', '.join(MODEL_TYPES)}"
         )
     cls = types[model_type]
+    architectures = config.get("architectures") or [None]
+    named = _architectures().get(architectures[0])
+    if named is not None and named.config_class.model_type == model_type:
+        cls = named
+    unknown = architectures[0] if named is None and architectures[0] is not None else None
     generation = _generation_config(folder, cls)
     try:
         settings = cls.config_class.from_dict(config)
@@ -257,9 +276,10 @@ def from_pretrained(
     aliases = model.aliases()
     mapping, dropped = _adapt_names(model, [*_params.flatten(real), *aliases], list(tensors))
     if dropped:
+        why = f" ({unknown} is not in the library: loaded as {cls.__name__})" if unknown else ""
         warnings.warn(
             f"from_pretrained: {len(dropped)} names of {folder} are not {cls.__name__}'s "
-            f"and were left out: {dropped[:20]}",
+            f"and were left out{why}: {dropped[:20]}",
             _params.CheckpointWarning,
             stacklevel=2,
         )

@@ -49,8 +49,8 @@ from purelayers.layers import (
     Tanh,
 )
 from purelayers.layers._checks import as_array, as_shape, check_choice, check_float, check_int
+from purelayers.models._heads import LabelsConfig
 from purelayers.models._parts import fold, init_children
-from purelayers.models.config import Config
 
 __all__ = [
     "BertAttention",
@@ -94,9 +94,11 @@ def _std(initializer_range: float) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig(Config):
+class BertConfig(LabelsConfig):
     """``transformers.BertConfig``: the same field names and defaults (those the encoder
-    uses). ``BertConfig.from_dict(config_json)`` reads a ``config.json``.
+    and its heads use: ``id2label``, ``label2id`` and ``classifier_dropout``, ``None``
+    for ``hidden_dropout_prob``, size the task heads). ``BertConfig.from_dict(config_json)``
+    reads a ``config.json``.
 
     A decoder (``is_decoder`` or ``add_cross_attention``) is not supported: those must
     stay ``False``.
@@ -119,6 +121,7 @@ class BertConfig(Config):
     pad_token_id: int | None = 0
     is_decoder: bool = False
     add_cross_attention: bool = False
+    classifier_dropout: float | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -143,6 +146,11 @@ class BertConfig(Config):
             check_float(name, field, getattr(self, field), low=0.0, high=1.0, high_open=True)
         check_float(name, "initializer_range", self.initializer_range, low=0.0)
         check_float(name, "layer_norm_eps", self.layer_norm_eps, low=0.0, low_open=True)
+        if self.classifier_dropout is not None:
+            check_float(
+                name, "classifier_dropout", self.classifier_dropout, low=0.0, high=1.0,
+                high_open=True,
+            )  # fmt: skip
         if self.pad_token_id is not None:
             check_int(name, "pad_token_id", self.pad_token_id, minimum=0)
             if self.pad_token_id >= self.vocab_size:
@@ -158,8 +166,24 @@ class BertConfig(Config):
                 )
 
 
+class Built(Layer):
+    """A composite whose children its config describes: built once, at construction,
+    by ``build()`` and held in the ``_parts`` dict (so ``lora.wrap`` can put a copy with
+    other children in its place)."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "_parts", self.build())
+
+    def build(self) -> dict[str, Layer]:
+        """The children by name, from the config."""
+        raise NotImplementedError(f"{type(self).__name__}: a subclass defines build()")
+
+    def children(self) -> dict[str, Layer]:
+        return dict(self._parts)
+
+
 @dataclasses.dataclass(frozen=True)
-class BertEmbeddings(Layer):
+class BertEmbeddings(Built):
     """``transformers``' ``BertEmbeddings``: ``dropout(LayerNorm(word + token_type +
     position))`` at absolute positions ``0 .. seq - 1``.
 
@@ -180,7 +204,7 @@ class BertEmbeddings(Layer):
     def takes_ids(self) -> bool:
         return True
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         init = normal(std=_std(c.initializer_range))
         e = c.hidden_size
@@ -263,7 +287,7 @@ class BertSelfAttention(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertOutput(Layer):
+class BertOutput(Built):
     """transformers' ``BertSelfOutput`` and ``BertOutput`` (the same layout):
     ``LayerNorm(dropout(dense(x)) + residual)``, the post-norm residual step.
 
@@ -277,7 +301,7 @@ class BertOutput(Layer):
 
     config: BertConfig
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         return {
             "dense": _dense(c.hidden_size, _std(c.initializer_range)),
@@ -305,7 +329,7 @@ class BertOutput(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertAttention(Layer):
+class BertAttention(Built):
     """transformers' ``BertAttention``: ``output(self(x, mask), x)``, with children
     ``self`` (a ``BertSelfAttention``) and ``output`` (a ``BertOutput``).
 
@@ -315,7 +339,7 @@ class BertAttention(Layer):
 
     config: BertConfig
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         std = _std(c.initializer_range)
         e = c.hidden_size
@@ -343,7 +367,7 @@ class BertAttention(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertLayer(Layer):
+class BertLayer(Built):
     """transformers' ``BertLayer``: ``a = attention(x)``, then
     ``output(act(intermediate.dense(a)), a)``.
 
@@ -353,7 +377,7 @@ class BertLayer(Layer):
 
     config: BertConfig
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         dense = _dense(c.intermediate_size, _std(c.initializer_range))
         act = _ACTIVATIONS[c.hidden_act]
@@ -385,7 +409,7 @@ class BertLayer(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertEncoder(Layer):
+class BertEncoder(Built):
     """transformers' ``BertEncoder``: ``layer``, ``num_hidden_layers`` ``BertLayer``\\ s
     as one ``Repeat`` (names ``layer.0.*``, ``layer.1.*``, ...; params stacked).
 
@@ -395,7 +419,7 @@ class BertEncoder(Layer):
 
     config: BertConfig
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         return {"layer": Repeat(BertLayer(self.config), self.config.num_hidden_layers)}
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
@@ -414,7 +438,7 @@ class BertEncoder(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertModel(Layer):
+class BertModel(Built):
     r"""``transformers.BertModel(config)`` (with its pooler): embeddings, a post-norm
     encoder, and ``pooler_output = tanh(pooler.dense(last_hidden_state[:, 0]))``.
 
@@ -425,7 +449,10 @@ class BertModel(Layer):
     own outputs are computed as transformers computes them, and a row with no token at
     all attends nothing, its attention giving zeros, as transformers' default ``sdpa``
     attention does; its ``eager`` attention averages every value instead).
-    ``token_type_ids`` default to zeros; positions are ``0 .. seq - 1``. Dropout (``hidden_dropout_prob``,
+    ``token_type_ids`` default to zeros; positions are ``0 .. seq - 1``.
+    ``BertModel(config, add_pooling_layer=False)`` (the base of the masked-LM,
+    token-classification and question-answering heads) has no ``pooler`` and returns
+    ``last_hidden_state`` alone. Dropout (``hidden_dropout_prob``,
     ``attention_probs_dropout_prob``) runs only with ``train=True``, from ``key``.
 
     ``init(key, (batch, seq))`` gives the params of transformers' ``BertModel``, with
@@ -448,6 +475,7 @@ class BertModel(Layer):
     """
 
     config: BertConfig
+    add_pooling_layer: bool = True
 
     config_class: ClassVar[type[BertConfig]] = BertConfig
     base_model_prefix: ClassVar[str] = "bert"
@@ -460,6 +488,12 @@ class BertModel(Layer):
     def __post_init__(self):
         if not isinstance(self.config, BertConfig):
             raise ValueError(f"BertModel: config must be a BertConfig, got {self.config!r}")
+        if not isinstance(self.add_pooling_layer, bool):
+            raise ValueError(
+                f"BertModel: add_pooling_layer must be True or False, "
+                f"got {self.add_pooling_layer!r}"
+            )
+        super().__post_init__()
 
     @property
     def takes_ids(self) -> bool:
@@ -469,14 +503,13 @@ class BertModel(Layer):
         """The input shape ``from_pretrained`` builds its params template for."""
         return (1, 1)
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         dense = _dense(c.hidden_size, _std(c.initializer_range))
-        return {
-            "embeddings": BertEmbeddings(c),
-            "encoder": BertEncoder(c),
-            "pooler": Sequential({"dense": dense, "activation": Tanh()}),
-        }
+        parts = {"embeddings": BertEmbeddings(c), "encoder": BertEncoder(c)}
+        if self.add_pooling_layer:
+            parts["pooler"] = Sequential({"dense": dense, "activation": Tanh()})
+        return parts
 
     def _check_ids(self, shape: tuple[int, ...]) -> None:
         if len(shape) != 2:
@@ -493,7 +526,9 @@ class BertModel(Layer):
         ids = as_shape(shape)
         self._check_ids(ids)
         h = (*ids, self.config.hidden_size)
-        shapes = {"embeddings": ids, "encoder": h, "pooler": (ids[0], h[-1])}
+        shapes = {"embeddings": ids, "encoder": h}
+        if self.add_pooling_layer:
+            shapes["pooler"] = (ids[0], h[-1])
         return init_children(self, key, shapes, dtype)
 
     def apply(
@@ -505,7 +540,7 @@ class BertModel(Layer):
         token_type_ids: Any = None,
         key: jax.Array | None = None,
         train: bool = False,
-    ) -> tuple[jax.Array, jax.Array]:
+    ) -> tuple[jax.Array, jax.Array] | jax.Array:
         input_ids = as_array(input_ids)
         self._check_ids(input_ids.shape)
         for what, value in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
@@ -523,4 +558,6 @@ class BertModel(Layer):
             train=train,
         )
         h = self.call("encoder", params, h, mask=mask, key=fold(key, 1), train=train)
+        if not self.add_pooling_layer:
+            return h
         return h, self.call("pooler", params, h[:, 0])

@@ -44,15 +44,16 @@ from purelayers.layers import (
     Sequential,
 )
 from purelayers.layers._checks import as_shape, check_float, check_int
+from purelayers.models._heads import LabelsConfig
 from purelayers.models._parts import fold, init_children
 from purelayers.models.bert import (
     _ACTIVATIONS,
     BertSelfAttention,
+    Built,
     _check_activation,
     _dense,
     _std,
 )
-from purelayers.models.config import Config
 
 __all__ = ["ViTConfig", "ViTEmbeddings", "ViTLayer", "ViTModel"]
 
@@ -75,8 +76,9 @@ def _check_size(config: str, field: str, value: Any) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ViTConfig(Config):
-    """``transformers.ViTConfig``: the same field names and defaults.
+class ViTConfig(LabelsConfig):
+    """``transformers.ViTConfig``: the same field names and defaults (``id2label`` and
+    ``label2id`` size ``ViTForImageClassification``'s head).
     ``ViTConfig.from_dict(config_json)`` reads a ``config.json``.
 
     ``image_size`` and ``patch_size`` are an int or a ``(height, width)`` pair;
@@ -158,7 +160,7 @@ class ViTConfig(Config):
 
 
 @dataclasses.dataclass(frozen=True)
-class ViTEmbeddings(Layer):
+class ViTEmbeddings(Built):
     """transformers' ``ViTEmbeddings``: the image cut into patches by a strided
     ``Conv2d`` (``patch_embeddings.projection``), a learned ``cls_token`` in front,
     ``position_embeddings`` added, then dropout.
@@ -179,7 +181,7 @@ class ViTEmbeddings(Layer):
     def own_names(self) -> tuple[str, ...]:
         return ("cls_token", "position_embeddings")
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         conv = Conv2d(
             c.hidden_size,
@@ -225,7 +227,7 @@ class ViTEmbeddings(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class ViTLayer(Layer):
+class ViTLayer(Built):
     """transformers' ``ViTLayer``, pre-norm::
 
         x = x + attention(layernorm_before(x))
@@ -240,7 +242,7 @@ class ViTLayer(Layer):
 
     config: ViTConfig
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         std, e = _std(c.initializer_range), c.hidden_size
 
@@ -285,7 +287,7 @@ class ViTLayer(Layer):
 
 
 @dataclasses.dataclass(frozen=True)
-class ViTModel(Layer):
+class ViTModel(Built):
     r"""``transformers.ViTModel(config)`` (with its pooler): patch embeddings, a
     pre-norm encoder, a final ``layernorm``, and ``pooler_output =
     tanh(pooler.dense(last_hidden_state[:, 0]))`` (``pooler_act``).
@@ -333,12 +335,13 @@ class ViTModel(Layer):
     def __post_init__(self):
         if not isinstance(self.config, ViTConfig):
             raise ValueError(f"ViTModel: config must be a ViTConfig, got {self.config!r}")
+        super().__post_init__()
 
     def example_shape(self) -> tuple[int, ...]:
         """The input shape ``from_pretrained`` builds its params template for."""
         return (1, self.config.num_channels, *self.config.image)
 
-    def children(self) -> dict[str, Layer]:
+    def build(self) -> dict[str, Layer]:
         c = self.config
         pooler = {
             "dense": _dense(c.pooler_output_size, _std(c.initializer_range)),

@@ -217,6 +217,7 @@ def test_config_matches_transformers_and_round_trips(transformers, hf):
         (dict(layer_norm_eps=0.0), "layer_norm_eps must be > 0, got 0.0"),
         (dict(pad_token_id=99), "pad_token_id must be < vocab_size=99, got 99"),
         (dict(is_decoder=True), "is_decoder must be False"),
+        (dict(classifier_dropout=1.0), r"classifier_dropout must be in \[0, 1\), got 1.0"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(overrides, match):
@@ -238,3 +239,9 @@ def test_shape_errors_name_what_was_expected_and_got():
         model.apply(params, ids, attention_mask=ids[:, :6])
     with pytest.raises(ValueError, match="config must be a BertConfig"):
         BertModel(TINY)
+    with pytest.raises(ValueError, match="add_pooling_layer must be True or False, got 0"):
+        BertModel(BertConfig(**TINY), add_pooling_layer=0)
+    from purelayers.models.bert import Built
+
+    with pytest.raises(NotImplementedError, match="Built: a subclass defines build"):
+        Built()
