@@ -41,6 +41,12 @@ from purelayers.models.phi3 import Phi3Config, Phi3ForCausalLM
 from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from purelayers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
+from purelayers.models.roberta import (
+    RobertaConfig,
+    RobertaForMaskedLM,
+    RobertaForSequenceClassification,
+    RobertaModel,
+)
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
 from purelayers.models.vit import ViTConfig, ViTModel
 
@@ -79,6 +85,10 @@ __all__ = [
     "Qwen3MoeConfig",
     "Qwen3MoeForCausalLM",
     "ResNet",
+    "RobertaConfig",
+    "RobertaForMaskedLM",
+    "RobertaForSequenceClassification",
+    "RobertaModel",
     "ViTConfig",
     "ViTModel",
     "causal_lm_loss",

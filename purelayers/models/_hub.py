@@ -50,6 +50,7 @@ def _model_types() -> dict[str, type]:
         phi3,
         qwen3,
         qwen3_moe,
+        roberta,
         vit,
     )
 
@@ -62,6 +63,7 @@ def _model_types() -> dict[str, type]:
         "qwen3_moe": qwen3_moe.Qwen3MoeForCausalLM,
         "bert": bert.BertModel,
         "vit": vit.ViTModel,
+        "roberta": roberta.RobertaModel,
         "qwen3": qwen3.Qwen3ForCausalLM,
         "olmo2": olmo2.Olmo2ForCausalLM,
         "gemma2": gemma.Gemma2ForCausalLM,
@@ -73,9 +75,11 @@ def _model_types() -> dict[str, type]:
 def _architectures() -> dict[str, type]:
     """The task-head classes ``from_pretrained`` picks by ``config["architectures"][0]``
     (the base classes of ``_model_types()`` are found by name too)."""
-    from purelayers.models import bert_heads
+    from purelayers.models import bert_heads, roberta
 
     heads = [
+        roberta.RobertaForSequenceClassification,
+        roberta.RobertaForMaskedLM,
         bert_heads.BertForSequenceClassification,
         bert_heads.BertForTokenClassification,
         bert_heads.BertForMaskedLM,
@@ -86,7 +90,7 @@ def _architectures() -> dict[str, type]:
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe",
+    "phi3", "mixtral", "qwen3_moe", "roberta",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
@@ -209,8 +213,10 @@ def from_pretrained(
 
     The folder holds ``config.json`` and ``model.safetensors`` (or a sharded
     ``model.safetensors.index.json`` and its shards). The class comes from
-    ``config["model_type"]`` (``gpt2``, ``llama``, ``mistral``, ``qwen2``, ``bert``,
-    ``vit``, ``phi3``). Params are read by name (``pl.params.load_state_dict``'s strict rules:
+    ``config["architectures"][0]`` where the library has that class (the BERT and RoBERTa
+    task heads, the base models), else ``config["model_type"]``'s base class (``gpt2``,
+    ``llama``, ``mistral``, ``qwen2``, ``bert``, ``roberta``, ``vit``, ``phi3``, ...),
+    the other head's names left out with a ``CheckpointWarning`` naming them. Params are read by name (``pl.params.load_state_dict``'s strict rules:
     every name of the model must be in the file; a tied name may be absent), each
     tensor copied once from the memory-mapped file into its final dtype; nothing is
     initialized. A file saved from another head of the same base model loads too: the
