@@ -12,6 +12,7 @@ masked batches) train them.
 from purelayers.models._hub import from_pretrained, name_or_path, save_pretrained
 from purelayers.models._moe import load_balancing_loss
 from purelayers.models.bert import BertConfig, BertModel
+from purelayers.models.clip import CLIPConfig, CLIPModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
 from purelayers.models.gemma import (
@@ -36,6 +37,7 @@ from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from purelayers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
+from purelayers.models.siglip import SiglipConfig, SiglipModel
 from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
@@ -44,6 +46,8 @@ __all__ = [
     "BertConfig",
     "BertModel",
     "Bottleneck",
+    "CLIPConfig",
+    "CLIPModel",
     "Config",
     "Frozen",
     "GPT2Config",
@@ -69,6 +73,8 @@ __all__ = [
     "Qwen3MoeConfig",
     "Qwen3MoeForCausalLM",
     "ResNet",
+    "SiglipConfig",
+    "SiglipModel",
     "ViTConfig",
     "ViTModel",
     "causal_lm_loss",

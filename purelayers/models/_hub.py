@@ -42,6 +42,7 @@ TOKENIZER_FILES = (
 def _model_types() -> dict[str, type]:
     from purelayers.models import (
         bert,
+        clip,
         gemma,
         gpt2,
         llama,
@@ -50,6 +51,7 @@ def _model_types() -> dict[str, type]:
         phi3,
         qwen3,
         qwen3_moe,
+        siglip,
         vit,
     )
 
@@ -67,12 +69,14 @@ def _model_types() -> dict[str, type]:
         "gemma2": gemma.Gemma2ForCausalLM,
         "gemma3_text": gemma.Gemma3ForCausalLM,
         "phi3": phi3.Phi3ForCausalLM,
+        "clip": clip.CLIPModel,
+        "siglip": siglip.SiglipModel,
     }
 
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe",
+    "phi3", "mixtral", "qwen3_moe", "clip", "siglip",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
