@@ -82,6 +82,8 @@ TESTED_ELSEWHERE = {
     "layers/_fit.py": (7, "tests/test_bad_input.py (every registered layer, each kind of misfit)"),
     "models/bert.py": (13, "tests/models/test_bert.py"),
     "models/vit.py": (11, "tests/models/test_vit.py"),
+    "models/clip.py": (19, "tests/models/test_clip.py"),
+    "models/siglip.py": (5, "tests/models/test_clip.py"),
     "models/resnet.py": (9, "tests/models/test_resnet.py"),
     "models/phi3.py": (3, "tests/models/test_phi3.py"),
     "functional/moe.py": (2, "tests/functional/test_moe.py"),

@@ -658,7 +658,7 @@ class CLIPModel(ImageTextModel):
       >>> clip = CLIPModel(CLIPConfig(text_config=dict(tower, vocab_size=20),
       ...                  vision_config=dict(tower, image_size=8, patch_size=4),
       ...                  projection_dim=4))
-      >>> names = list(pl.params.flatten(pl.params.abstract(clip, clip.example_shape())))
+      >>> names = list(pl.params.flatten(clip.ordered(pl.params.abstract(clip, clip.example_shape()))))
       >>> names[:2], names[-2:]
       (['logit_scale', 'text_model.embeddings.token_embedding.weight'], ['visual_projection.weight', 'text_projection.weight'])
 

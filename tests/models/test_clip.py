@@ -214,3 +214,59 @@ def test_pixels_of_the_wrong_shape_are_refused(shape, what):
         tower = "CLIPVisionModel" if name == "clip" else "SiglipVisionModel"
         with pytest.raises(LayerError, match=rf"{model_cls}\[vision_model\] {tower}: {what}"):
             model.get_image_features({}, jnp.zeros(shape))
+
+
+def _tiny_clip() -> M.CLIPModel:
+    return M.CLIPModel(M.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=24))
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: M.CLIPConfig(text_config=dict(TEXT, hidden_size=0)), ValueError,
+         r"^CLIPConfig: text_config: CLIPTextConfig.*hidden_size"),
+        (lambda: M.CLIPConfig(text_config=dict(TEXT, hidden_size=30)), ValueError,
+         r"hidden_size must be divisible by num_attention_heads=4, got 30"),
+        (lambda: M.CLIPConfig(vision_config=dict(VISION, hidden_act="nope")), ValueError,
+         r"^CLIPConfig: vision_config: CLIPVisionConfig.*hidden_act.*'nope'"),
+        (lambda: M.CLIPConfig(text_config=dict(TEXT, layer_norm_eps=0.0)), ValueError,
+         r"CLIPTextConfig.*layer_norm_eps"),
+        (lambda: M.CLIPConfig(text_config=dict(TEXT, attention_dropout=2.0)), ValueError,
+         r"CLIPTextConfig.*attention_dropout"),
+        (lambda: M.CLIPConfig(vision_config=dict(VISION, image_size=0)), ValueError,
+         r"CLIPVisionConfig.*image_size"),
+        (lambda: M.CLIPConfig(vision_config=dict(VISION, image_size=8, patch_size=16)),
+         ValueError, r"CLIPVisionConfig: patch_size must be at most image_size=8, got 16"),
+        (lambda: M.CLIPConfig(text_config=dict(TEXT, vocab_size=0)), ValueError,
+         r"CLIPTextConfig.*vocab_size"),
+        (lambda: M.CLIPConfig(text_config=dict(TEXT, eos_token_id=-1)), ValueError,
+         r"CLIPTextConfig.*eos_token_id"),
+        (lambda: M.CLIPConfig(text_config=3), ValueError,
+         r"^CLIPConfig: text_config must be a dict or None, got 3$"),
+        (lambda: M.CLIPConfig(projection_dim=0), ValueError, r"CLIPConfig.*projection_dim"),
+        (lambda: M.CLIPConfig(logit_scale_init_value="big"), ValueError,
+         r"CLIPConfig.*logit_scale_init_value"),
+        (lambda: M.CLIPModel(M.SiglipConfig()), ValueError,
+         r"^CLIPModel: config must be a CLIPConfig, got SiglipConfig"),
+        (lambda: M.SiglipConfig(text_config=dict(TEXT, vocab_size=0)), ValueError,
+         r"SiglipTextConfig.*vocab_size"),
+        (lambda: M.SiglipConfig(text_config=dict(TEXT, projection_size=0)), ValueError,
+         r"SiglipTextConfig.*projection_size"),
+        (lambda: M.SiglipConfig(vision_config=dict(VISION, vision_use_head=False)), ValueError,
+         r"SiglipVisionConfig: vision_use_head must be True .*, got False"),
+        (lambda: M.SiglipModel(M.CLIPConfig()), ValueError,
+         r"^SiglipModel: config must be a SiglipConfig, got CLIPConfig"),
+        (lambda: M.SiglipModel(M.SiglipConfig(text_config=TEXT, vision_config=VISION | {"hidden_size": 64})),
+         ValueError, r"projection_size must equal vision_config's hidden_size=64 .*, got 32"),
+        (lambda: _tiny_clip().get_text_features({}, jnp.zeros((3,), jnp.int32)), LayerError,
+         r"CLIPTextModel: input_ids shape expected \(batch, seq\), got \(3,\)"),
+        (lambda: _tiny_clip().get_text_features({}, jnp.zeros((1, 13), jnp.int32)), LayerError,
+         r"input_ids axis 1 \(sequence length\) expected at most max_position_embeddings=12, "
+         r"got 13"),
+        (lambda: _tiny_clip().get_text_features({}, IDS, attention_mask=MASK[:, :3]),
+         LayerError, r"attention_mask shape expected \(3, 7\), got \(3, 3\)"),
+    ],
+)  # fmt: skip
+def test_bad_settings_and_inputs_are_refused(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
