@@ -56,14 +56,12 @@ from purelayers.models.clip import (
     CLIPTextEmbeddings,
     ImageTextModel,
     _PreNorm,
-    _TwoTowers,
     check_ids,
     check_pixels,
-    check_tower,
-    check_vision,
     mlp,
     padding_mask,
 )
+from purelayers.models.clip_config import _TwoTowers, check_tower, check_vision
 from purelayers.models.config import Config
 
 __all__ = [
