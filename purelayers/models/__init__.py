@@ -18,6 +18,7 @@ from purelayers.models.bert_heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from purelayers.models.clip import CLIPConfig, CLIPModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
 from purelayers.models.gemma import (
@@ -48,6 +49,7 @@ from purelayers.models.roberta import (
     RobertaModel,
 )
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
+from purelayers.models.siglip import SiglipConfig, SiglipModel
 from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
@@ -60,6 +62,8 @@ __all__ = [
     "BertForTokenClassification",
     "BertModel",
     "Bottleneck",
+    "CLIPConfig",
+    "CLIPModel",
     "Config",
     "Frozen",
     "GPT2Config",
@@ -89,6 +93,8 @@ __all__ = [
     "RobertaForMaskedLM",
     "RobertaForSequenceClassification",
     "RobertaModel",
+    "SiglipConfig",
+    "SiglipModel",
     "ViTConfig",
     "ViTModel",
     "causal_lm_loss",

@@ -42,6 +42,7 @@ TOKENIZER_FILES = (
 def _model_types() -> dict[str, type]:
     from purelayers.models import (
         bert,
+        clip,
         gemma,
         gpt2,
         llama,
@@ -51,6 +52,7 @@ def _model_types() -> dict[str, type]:
         qwen3,
         qwen3_moe,
         roberta,
+        siglip,
         vit,
     )
 
@@ -69,6 +71,8 @@ def _model_types() -> dict[str, type]:
         "gemma2": gemma.Gemma2ForCausalLM,
         "gemma3_text": gemma.Gemma3ForCausalLM,
         "phi3": phi3.Phi3ForCausalLM,
+        "clip": clip.CLIPModel,
+        "siglip": siglip.SiglipModel,
     }
 
 
@@ -90,7 +94,7 @@ def _architectures() -> dict[str, type]:
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe", "roberta",
+    "phi3", "mixtral", "qwen3_moe", "roberta", "clip", "siglip",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
