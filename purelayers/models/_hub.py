@@ -44,6 +44,7 @@ def _model_types() -> dict[str, type]:
         bert,
         gemma,
         gpt2,
+        gpt_oss,
         llama,
         mixtral,
         olmo2,
@@ -67,12 +68,13 @@ def _model_types() -> dict[str, type]:
         "gemma2": gemma.Gemma2ForCausalLM,
         "gemma3_text": gemma.Gemma3ForCausalLM,
         "phi3": phi3.Phi3ForCausalLM,
+        "gpt_oss": gpt_oss.GptOssForCausalLM,
     }
 
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe",
+    "phi3", "mixtral", "qwen3_moe", "gpt_oss",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
@@ -254,6 +256,11 @@ def from_pretrained(
     object.__setattr__(model.config, "name_or_path", os.fspath(path_or_id))
     real = _params.abstract(model, model.example_shape())
     tensors = _io.scan(folder)[0]
+    # a model whose files store some arrays in another form (gpt-oss's MXFP4 experts)
+    # maps them to tensors read like the file's, converted one at a time when loaded
+    unpack = getattr(model, "checkpoint_tensors", None)
+    if unpack is not None:
+        tensors = unpack(tensors, folder)
     aliases = model.aliases()
     mapping, dropped = _adapt_names(model, [*_params.flatten(real), *aliases], list(tensors))
     if dropped:
@@ -285,7 +292,7 @@ def from_pretrained(
             return model, model.ordered(_params.load_state_dict(template, source, model=model))
         from purelayers._sharded_io import load_sharded
 
-        readable = {k: v if isinstance(v, _io.Tensor) else _InMemory(v) for k, v in source.items()}
+        readable = {k: v if hasattr(v, "read") else _InMemory(v) for k, v in source.items()}
         loaded = load_sharded(folder, template, tree, model=model, tensors=readable)
         return model, model.ordered(loaded)
     except (KeyError, ValueError) as e:  # names or shapes that do not fit the config
