@@ -18,6 +18,7 @@ import pytest
 import purelayers as pl
 from purelayers import lora
 from purelayers import models as M
+from purelayers import sharding as S
 from purelayers.params import CheckpointError
 
 VOCAB = 64
@@ -247,7 +248,7 @@ def _mxfp4_folder(folder, out, scales=(122, 130)):
 def test_mxfp4_folder_equals_transformers_dequantization(torch, transformers, pair, tmp_path):
     """A folder with MXFP4 experts: each dequantized array equals transformers'
     ``convert_moe_packed_tensors`` on the file's blocks and scales, in float32 and
-    bfloat16, and the logits equal those of transformers' own load of the folder; the
+    bfloat16 (and through a sharded load), and the logits equal those of transformers' own load of the folder; the
     saved folder is dense and has no quantization_config."""
     from safetensors import safe_open
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -257,6 +258,14 @@ def test_mxfp4_folder_equals_transformers_dequantization(torch, transformers, pa
     loaded, params = M.from_pretrained(mx, dtype=jnp.float32)
     assert loaded.config.to_dict() == model.config.to_dict()
     _, half = M.from_pretrained(mx)
+    mesh = S.make_mesh({"model": 1})
+    rules = [*S.transformer_block("model.layers.*", axis="model"), ("*", S.P())]
+    sharded = M.from_pretrained(
+        mx, dtype=jnp.float32, shardings=lambda m: S.named_shardings(
+            pl.params.abstract(m, m.example_shape()), rules, mesh)
+    )[1]  # fmt: skip
+    for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     flat, flat_half = pl.params.flatten(params), pl.params.flatten(half)
     with safe_open(mx / "model.safetensors", "pt") as f:
         for i in range(2):
