@@ -1,8 +1,9 @@
 """Greedy decoding speed: ``purelayers.models.generate`` against transformers'
-PyTorch ``generate``, on the same random GPT-2, in one run.
+PyTorch ``generate``, on the same random GPT-2 (or Mixtral), in one run.
 
     python -m benchmarks.generate            # GPT-2-small shape: 12 layers, width 768
     python -m benchmarks.generate --smoke    # tiny shapes, so the harness never rots
+    python -m benchmarks.generate --model mixtral   # a small Mixtral: 8 experts, top 2
 
 For each batch size: prompt ``--prompt-len`` random ids, ``--new-tokens`` new ones,
 greedy, no eos. Reported per implementation: time to first token (prompt prefill
@@ -46,6 +47,37 @@ def build(width: int, depth: int, heads: int, vocab: int, positions: int):
         pl.params.abstract(model, (1, 1)), hf.state_dict(), model=model
     )
     return hf, model, params
+
+
+def build_mixtral(width: int, depth: int, heads: int, vocab: int, experts: int, folder: str):
+    """A random Mixtral (``width`` hidden, ``2 * width`` per expert, ``experts`` experts,
+    top 2, ``heads // 2`` kv heads), saved by transformers and loaded here by name."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=2 * width,
+        num_hidden_layers=depth,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        num_local_experts=experts,
+        num_experts_per_tok=2,
+        max_position_embeddings=1024,
+        sliding_window=None,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    hf = transformers.MixtralForCausalLM(config).eval()
+    hf.save_pretrained(folder)
+    model, params = M.from_pretrained(folder)
+    return hf, model, params
+
+
+CONFIG_KEYS = ("model", "width", "depth", "heads", "vocab", "experts", "prompt_len")
+CONFIG_KEYS += ("new_tokens", "repeats")
 
 
 class _Clock:
@@ -112,24 +144,38 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    p.add_argument("--model", choices=["gpt2", "mixtral"], default="gpt2")
+    p.add_argument("--experts", type=int, default=8, help="mixtral's experts")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--width", type=int, default=768)
-    p.add_argument("--depth", type=int, default=12)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--depth", type=int, default=None)
+    p.add_argument("--heads", type=int, default=None)
+    p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--smoke", action="store_true", help="tiny shapes, one repeat")
     p.add_argument("--json", type=str, default=None, help="also write results here")
     args = p.parse_args(argv)
+    sizes = {"gpt2": (768, 12, 12, 50257), "mixtral": (512, 4, 8, 32000)}[args.model]
+    for name, size in zip(("width", "depth", "heads", "vocab"), sizes, strict=True):
+        if getattr(args, name) is None:  # the model's default shape unless given
+            setattr(args, name, size)
     if args.smoke:
         args.width, args.depth, args.heads, args.vocab = 32, 2, 2, 64
         args.prompt_len, args.new_tokens, args.repeats, args.batch_sizes = 4, 4, 1, [1]
     import torch
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    hf, model, params = build(args.width, args.depth, args.heads, args.vocab, 1024)
+    if args.model == "mixtral":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            hf, model, params = build_mixtral(
+                args.width, args.depth, args.heads, args.vocab, args.experts, folder
+            )
+    else:
+        hf, model, params = build(args.width, args.depth, args.heads, args.vocab, 1024)
     rows = []
     for b in args.batch_sizes:
         ids = (
@@ -140,10 +186,7 @@ def main(argv=None) -> dict:
         same = bool(np.array_equal(ours.pop("tokens"), theirs.pop("tokens")))
         rows.append({"batch": b, "purelayers": ours, "transformers": theirs, "same_tokens": same})
     result = {
-        "config": {
-            k: getattr(args, k)
-            for k in ("width", "depth", "heads", "vocab", "prompt_len", "new_tokens", "repeats")
-        },
+        "config": {k: getattr(args, k) for k in CONFIG_KEYS},
         "rows": rows,
         "devices": [str(d) for d in jax.devices()],
     }

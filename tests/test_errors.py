@@ -94,6 +94,8 @@ TESTED_ELSEWHERE = {
     "models/_moe.py": (5, "tests/functional/test_moe.py and tests/models/test_moe_families.py"),
     "models/mixtral.py": (1, "tests/functional/test_moe.py"),
     "models/qwen3_moe.py": (2, "tests/functional/test_moe.py"),
+    "models/gpt_oss.py": (3, "tests/models/test_gpt_oss.py"),
+    "models/_mxfp4.py": (1, "tests/models/test_gpt_oss.py"),
 }
 
 # Sites no public call can reach, by the qualified name of their function (in whichever

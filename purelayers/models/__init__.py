@@ -28,6 +28,7 @@ from purelayers.models.gemma import (
     Gemma3TextConfig,
 )
 from purelayers.models.gpt2 import GPT2Config, GPT2LMHeadModel
+from purelayers.models.gpt_oss import GptOssConfig, GptOssForCausalLM
 from purelayers.models.llama import (
     LlamaConfig,
     LlamaForCausalLM,
@@ -72,6 +73,8 @@ __all__ = [
     "Gemma2ForCausalLM",
     "Gemma3ForCausalLM",
     "Gemma3TextConfig",
+    "GptOssConfig",
+    "GptOssForCausalLM",
     "LlamaConfig",
     "LlamaForCausalLM",
     "MistralConfig",

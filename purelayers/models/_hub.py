@@ -45,6 +45,7 @@ def _model_types() -> dict[str, type]:
         clip,
         gemma,
         gpt2,
+        gpt_oss,
         llama,
         mixtral,
         olmo2,
@@ -73,6 +74,7 @@ def _model_types() -> dict[str, type]:
         "phi3": phi3.Phi3ForCausalLM,
         "clip": clip.CLIPModel,
         "siglip": siglip.SiglipModel,
+        "gpt_oss": gpt_oss.GptOssForCausalLM,
     }
 
 
@@ -94,7 +96,7 @@ def _architectures() -> dict[str, type]:
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe", "roberta", "clip", "siglip",
+    "phi3", "mixtral", "qwen3_moe", "gpt_oss", "roberta", "clip", "siglip",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
@@ -283,6 +285,11 @@ def from_pretrained(
     object.__setattr__(model.config, "name_or_path", os.fspath(path_or_id))
     real = _params.abstract(model, model.example_shape())
     tensors = _io.scan(folder)[0]
+    # a model whose files store some arrays in another form (gpt-oss's MXFP4 experts)
+    # maps them to tensors read like the file's, converted one at a time when loaded
+    unpack = getattr(model, "checkpoint_tensors", None)
+    if unpack is not None:
+        tensors = unpack(tensors, folder)
     aliases = model.aliases()
     mapping, dropped = _adapt_names(model, [*_params.flatten(real), *aliases], list(tensors))
     if dropped:
@@ -315,7 +322,7 @@ def from_pretrained(
             return model, model.ordered(_params.load_state_dict(template, source, model=model))
         from purelayers._sharded_io import load_sharded
 
-        readable = {k: v if isinstance(v, _io.Tensor) else _InMemory(v) for k, v in source.items()}
+        readable = {k: v if hasattr(v, "read") else _InMemory(v) for k, v in source.items()}
         loaded = load_sharded(folder, template, tree, model=model, tensors=readable)
         return model, model.ordered(loaded)
     except (KeyError, ValueError) as e:  # names or shapes that do not fit the config

@@ -2,7 +2,8 @@
 ``Qwen2ForCausalLM``) under Hugging Face's names and layouts.
 
 RMSNorm (float32 statistics), rotate-half RoPE at ``rope_theta`` (and the ``linear``,
-``dynamic`` and ``llama3`` rope scalings), grouped-query attention with any ``head_dim``, a SwiGLU MLP
+``dynamic`` and ``llama3`` rope scalings; ``YarnRotaryEmbedding`` for the families that
+take ``yarn``), grouped-query attention with any ``head_dim``, a SwiGLU MLP
 (``gate_proj``, ``up_proj``, ``down_proj``), ``attention_bias``/``mlp_bias``, a tied or
 untied ``lm_head``; Qwen2's q/k/v biases; Mistral's ``sliding_window``. Names:
 ``model.embed_tokens.weight``, ``model.layers.0.self_attn.q_proj.weight``, ...,
@@ -47,6 +48,8 @@ __all__ = [
     "MistralForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
+    "YarnRotaryEmbedding",
+    "yarn_rope",
 ]
 
 
@@ -111,6 +114,91 @@ class DynamicNTKRotaryEmbedding(RotaryEmbedding):
         base = self.theta * ((self.factor * length / top) - (self.factor - 1)) ** (dim / (dim - 2))
         inv = 1.0 / (base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
         return self.tables_at(inv, positions, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class YarnRotaryEmbedding(RotaryEmbedding):
+    r"""RoPE with YaRN scaling (``rope_type="yarn"``), as transformers'
+    ``_compute_yarn_parameters``: ``inv_freq = interp * (1 - e) + extrap * e`` with
+    ``extrap[i] = theta ** (-2i / d)``, ``interp = extrap / factor`` and ``e = 1 -
+    clip((i - low) / (high - low), 0, 1)``, ``low``/``high`` the dimensions where a
+    wavelength turns ``beta_fast``/``beta_slow`` times over
+    ``original_max_position_embeddings`` (``floor``/``ceil`` with ``truncate``, clamped
+    to ``[0, d - 1]``); ``cos`` and ``sin`` are multiplied by ``attention_scaling``:
+    ``attention_factor`` if given, else ``0.1 * ln(factor) + 1`` (1 for a factor up to
+    1), or with ``mscale`` and ``mscale_all_dim`` the ratio of that form at each.
+    """
+
+    factor: float = 1.0
+    original_max_position_embeddings: int = 4096
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+
+    @property
+    def attention_scaling(self) -> float:
+        if self.attention_factor is not None:
+            return float(self.attention_factor)
+
+        def get(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return float(get(self.factor, self.mscale) / get(self.factor, self.mscale_all_dim))
+        return get(self.factor)
+
+    def inv_freq(self, dim: int, dtype: Any) -> jax.Array:
+        old, theta = self.original_max_position_embeddings, self.theta
+
+        def turns(rotations: float) -> float:
+            return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = turns(self.beta_fast), turns(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # as transformers: no division by zero
+        ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low), 0, 1)
+        extrapolated = 1.0 - ramp
+        base = theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+        inv = (1.0 / (self.factor * base)) * ramp + (1.0 / base) * extrapolated
+        return inv.astype(dtype)
+
+    def tables(self, positions: jax.Array, dim: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
+        cos, sin = super().tables(positions, dim, dtype)
+        s = self.attention_scaling
+        return (cos * s).astype(cos.dtype), (sin * s).astype(sin.dtype)
+
+
+def yarn_rope(theta: float, params: Mapping[str, Any], max_position_embeddings: int):
+    """The ``YarnRotaryEmbedding`` a ``rope_parameters`` (or v4 ``rope_scaling``) dict of
+    ``rope_type="yarn"`` describes, with transformers' defaults: ``factor`` ``None`` is
+    ``max_position_embeddings / original_max_position_embeddings`` (itself
+    ``max_position_embeddings`` where absent), ``beta_fast``/``beta_slow`` 32/1 where
+    absent or 0, ``truncate`` ``True``."""
+    old = int(params.get("original_max_position_embeddings") or max_position_embeddings)
+    factor = params.get("factor")
+    factor = max_position_embeddings / old if factor is None else float(factor)
+
+    def opt(name: str) -> float | None:
+        value = params.get(name)
+        return None if value is None else float(value)
+
+    return YarnRotaryEmbedding(
+        theta,
+        factor=factor,
+        original_max_position_embeddings=old,
+        beta_fast=float(params.get("beta_fast") or 32),
+        beta_slow=float(params.get("beta_slow") or 1),
+        truncate=bool(params.get("truncate", True)),
+        attention_factor=opt("attention_factor"),
+        mscale=opt("mscale"),
+        mscale_all_dim=opt("mscale_all_dim"),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
