@@ -36,6 +36,7 @@ from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
 from purelayers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from purelayers.models.resnet import BasicBlock, Bottleneck, ResNet, resnet18, resnet34, resnet50
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
+from purelayers.models.t5 import T5Config, T5ForConditionalGeneration
 from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
@@ -69,6 +70,8 @@ __all__ = [
     "Qwen3MoeConfig",
     "Qwen3MoeForCausalLM",
     "ResNet",
+    "T5Config",
+    "T5ForConditionalGeneration",
     "ViTConfig",
     "ViTModel",
     "causal_lm_loss",

@@ -50,6 +50,7 @@ def _model_types() -> dict[str, type]:
         phi3,
         qwen3,
         qwen3_moe,
+        t5,
         vit,
     )
 
@@ -67,12 +68,13 @@ def _model_types() -> dict[str, type]:
         "gemma2": gemma.Gemma2ForCausalLM,
         "gemma3_text": gemma.Gemma3ForCausalLM,
         "phi3": phi3.Phi3ForCausalLM,
+        "t5": t5.T5ForConditionalGeneration,
     }
 
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe",
+    "phi3", "mixtral", "qwen3_moe", "t5",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
