@@ -51,6 +51,7 @@ from purelayers.models.roberta import (
 )
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
 from purelayers.models.siglip import SiglipConfig, SiglipModel
+from purelayers.models.t5 import T5Config, T5ForConditionalGeneration
 from purelayers.models.vit import ViTConfig, ViTModel
 
 __all__ = [
@@ -98,6 +99,8 @@ __all__ = [
     "RobertaModel",
     "SiglipConfig",
     "SiglipModel",
+    "T5Config",
+    "T5ForConditionalGeneration",
     "ViTConfig",
     "ViTModel",
     "causal_lm_loss",

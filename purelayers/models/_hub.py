@@ -54,6 +54,7 @@ def _model_types() -> dict[str, type]:
         qwen3_moe,
         roberta,
         siglip,
+        t5,
         vit,
     )
 
@@ -75,6 +76,7 @@ def _model_types() -> dict[str, type]:
         "clip": clip.CLIPModel,
         "siglip": siglip.SiglipModel,
         "gpt_oss": gpt_oss.GptOssForCausalLM,
+        "t5": t5.T5ForConditionalGeneration,
     }
 
 
@@ -96,7 +98,7 @@ def _architectures() -> dict[str, type]:
 
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
-    "phi3", "mixtral", "qwen3_moe", "gpt_oss", "roberta", "clip", "siglip",
+    "phi3", "mixtral", "qwen3_moe", "gpt_oss", "roberta", "clip", "siglip", "t5",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")

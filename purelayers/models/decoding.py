@@ -1,4 +1,5 @@
-"""``generate``: decoding for the causal LMs, as transformers' ``generate`` does it.
+"""``generate``: decoding for the causal LMs as transformers' ``generate`` does it, and
+for the encoder-decoders through ``_seq2seq``.
 
 One jitted prefill writes the prompt into a fixed-shape KV cache of ``prompt +
 max_new_tokens`` slots and picks the first token; one jitted decode step then adds a
@@ -22,6 +23,7 @@ import numpy as np
 
 from purelayers.layers import Repeat
 from purelayers.layers._checks import as_array
+from purelayers.models._seq2seq import generate_encoder_decoder
 
 __all__ = ["generate", "sample_logits"]
 
@@ -201,6 +203,7 @@ def generate(
     pad_token_id: int | None = _FROM_MODEL,
     streamer: Any = None,
     unroll_blocks: bool = True,
+    **options: Any,
 ) -> jax.Array:
     """Continue ``input_ids`` ``(batch, prompt)`` by up to ``max_new_tokens`` tokens.
 
@@ -235,7 +238,22 @@ def generate(
 
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
+
+    Encoder-decoders (``T5ForConditionalGeneration``): ``input_ids`` is the encoder's
+    input, padded on either side (``attention_mask``); the encoder runs once, the
+    cross-attention keys and values are computed once, and the result is the decoder's
+    ids ``(batch, 1 + n)``, starting with ``decoder_start_token_id`` (the model's
+    ``generation_config``'s, else its config's), greedy tokens equal to transformers'.
+
+    Other transformers options (``num_beams``, ``forced_decoder_ids``, ...) are not
+    implemented: any other keyword is a ``ValueError`` naming it.
     """
+    if options:
+        raise ValueError(
+            f"generate: options not supported: {', '.join(sorted(options))} (generate "
+            "decodes greedily or samples with temperature, top_k and top_p; no beams, "
+            "forced or suppressed tokens, timestamps or language detection)"
+        )
     host = np.asarray(input_ids)
     if host.ndim != 2:
         raise ValueError(f"generate: input_ids must be (batch, prompt), got shape {host.shape}")
@@ -250,6 +268,7 @@ def generate(
     if do_sample and key is None:
         raise ValueError("generate: do_sample=True needs key= (a jax.random key)")
     sampling = _sampling(temperature, top_k, top_p) if do_sample else (1.0, None, None)
+    seq2seq = bool(getattr(model, "is_encoder_decoder", False))
     if not callable(getattr(model, "init_cache", None)):
         raise ValueError(
             f"generate: model must be a causal LM (GPT-2, Llama, Mistral, Qwen2: a model "
@@ -277,6 +296,20 @@ def generate(
         raise ValueError(
             f"generate: attention_mask must be shaped like input_ids {ids.shape}, got {mask.shape}"
         )
+    rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None)
+    if seq2seq:  # the encoder's input may be padded on either side
+        return as_array(
+            generate_encoder_decoder(
+                model,
+                params,
+                ids,
+                mask,
+                max_new_tokens=max_new_tokens,
+                rule=rule,
+                key=key,
+                streamer=streamer,
+            )
+        )
     host_mask = np.asarray(mask) != 0
     after_token = np.logical_and.accumulate(~host_mask, axis=1) == 0  # from a row's first 1 on
     gaps = np.nonzero((after_token & ~host_mask).any(axis=1))[0]
@@ -292,7 +325,6 @@ def generate(
     dtype = jax.tree.leaves(params)[0].dtype
     cache_dtype = dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.float32
     cache = model.init_cache((b, max_len), cache_dtype)
-    rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None)
     finished = jnp.zeros((b,), bool)
     token, finished, cache = _prefill(model, rule, params, ids, slot_mask, cache, key, finished)
     decode_params = params

@@ -647,10 +647,10 @@ def test_configs_round_trip_and_unknown_models_are_named(transformers, tmp_path)
         transformers.LlamaConfig.from_dict(config.to_dict()).rope_parameters["rope_type"]
         == "llama3"
     )
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
     with pytest.raises(
         ValueError,
-        match="model_type 't5'; supported: gpt2, llama, mistral, qwen2, bert, vit",
+        match="model_type 'mamba'; supported: gpt2, llama, mistral, qwen2, bert, vit",
     ):
         M.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="GPT2Config: n_embd=10 must be divisible by n_head=3"):
