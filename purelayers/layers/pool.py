@@ -2,12 +2,11 @@ r"""Pooling over the spatial axes of channels-first inputs: ``MaxPool1d/2d/3d``,
 ``AvgPool1d/2d/3d``, ``AdaptiveAvgPool1d/2d/3d`` and ``AdaptiveMaxPool1d/2d/3d``.
 
 The math is ``purelayers.functional.pooling``. As torch, ``ceil_mode`` drops a window
-that would start at or past ``L + padding``; a max sends each output's gradient to the
-one element it selected (among equal maxima the first in row-major order, among NaNs
-the last), a mean spreads it over the window's counted elements. Indices (``return_indices=True``) are each selected
-element's flat position within its channel's unpadded input (``h * W + w`` in 2-d),
-``int64`` under JAX's 64-bit mode, else ``int32``.
-"""
+starting at or past ``L + padding``; a max sends each output's gradient to the element
+it selected (the first of equal maxima in row-major order, the last NaN), a mean spreads
+it over the window. Indices are flat positions in each channel's unpadded input (``h *
+W + w`` in 2-d), ``int64`` under JAX's 64-bit mode, else ``int32``. In a ``Sequential``,
+a max pool right after a ``ReLU`` runs first (``F.max_pool_commutes_with_relu``)."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from purelayers.layers._checks import LayerError
 from purelayers.layers._maxindex import lowest as _lowest
 from purelayers.layers._maxindex import max_by_table, select, window_tables
 from purelayers.layers._spatial import batched, is_int, need_nonempty, ntuple, unbatched
+from purelayers.layers.activation.elementwise import ReLU
 from purelayers.layers.core import Layer, Params
 
 __all__ = [
@@ -68,9 +68,7 @@ class _PoolNd(Layer):
 
     kernel_size: int | tuple[int, ...]
     stride: int | tuple[int, ...] | None = None
-    padding: int | tuple[int, ...] = 0
-    # ``ceil_mode`` is each subclass's field, where torch puts it among the positional
-    # arguments (after ``dilation`` and ``return_indices`` in a max pool).
+    padding: int | tuple[int, ...] = 0  # ceil_mode: each subclass's field, in torch's place
 
     def __post_init__(self):
         name, nd = type(self).__name__, self._nd
@@ -97,8 +95,7 @@ class _PoolNd(Layer):
     def _windows(
         self, x: jax.Array, name: str | None = None
     ) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
-        """Output sizes and the ``(low, high)`` pads (the high one may crop) giving them;
-        errors name ``name`` (default: this layer's class)."""
+        """Output sizes and the ``(low, high)`` pads (the high one may crop); errors name ``name``."""
         name, nd = name or type(self).__name__, self._nd
         outs, pads = [], []
         for n, k, s, p, d in zip(
@@ -121,6 +118,13 @@ class _MaxPoolNd(_PoolNd):
     dilation: int | tuple[int, ...] = 1
     return_indices: bool = False
     ceil_mode: bool = False
+
+    def runs_before(self, previous: Layer, x: Any) -> bool:
+        """After a ``ReLU``, where ``F.max_pool_commutes_with_relu``: pool first."""
+        commutes = F.max_pool_commutes_with_relu(
+            getattr(x, "dtype", None), self.padding, self.return_indices
+        )
+        return type(previous) is ReLU and commutes
 
     def apply(self, params: Params, x: Any, *, key: jax.Array | None = None, train: bool = False):
         x, added = batched(type(self).__name__, x, self._nd)

@@ -384,21 +384,23 @@ def _assert_same_as_written_order(model, x, key):
 @pytest.mark.parametrize(
     "pool", [MaxPool2d(2), MaxPool2d(2, ceil_mode=True), MaxPool2d(3, 1)], ids=repr
 )
-def test_sequential_applies_relu_then_pool_as_written(pool):
-    """``Sequential(..., ReLU(), MaxPool2d(k))`` runs its children in the written order
-    (the ReLU at the pool's input shape), on windows whose maximum is negative, zero,
-    NaN or infinite, and after a convolution."""
+def test_sequential_pools_before_relu_with_equal_values_and_gradients(pool):
+    """``Sequential(..., ReLU(), MaxPool2d(k))`` runs the pool first, then the ReLU on the
+    pooled values. Outputs and gradients equal the written order's exactly: on windows
+    whose maximum is negative, zero (``0`` and ``-0`` tied), NaN or infinite, where the
+    two orders may pick different elements (all with a ReLU derivative of 0), and after
+    a convolution, for its parameters too."""
     model = Sequential(ReLU(), pool)
     x = _special_windows()
     x[1, 1] = -np.abs(x[1, 1])  # every window of every size negative
     x = jnp.asarray(np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 1))))
-    assert _relu_input_shapes(model, x) == [x.shape]
+    assert _relu_input_shapes(model, x) == [pool.apply({}, x).shape]
     y = _assert_same_as_written_order(model, x, jax.random.key(0))
     assert np.isnan(np.asarray(y)).any() and (np.asarray(y) == 0).any()
     model = _relu_pool(pool)
     x = jnp.asarray(np.random.default_rng(1).standard_normal((4, 2, 7, 6)), jnp.float32)
-    conv = model[0].apply(model.init(jax.random.key(1), x.shape)["0"], x)
-    assert _relu_input_shapes(model, x) == [conv.shape]
+    assert _relu_input_shapes(model, x) == [pool.apply({}, model[0].apply(
+        model.init(jax.random.key(1), x.shape)["0"], x)).shape]  # fmt: skip
     _assert_same_as_written_order(model, x, jax.random.key(1))
 
 
@@ -431,3 +433,31 @@ def test_sequential_keeps_the_written_order_for_a_capture():
     conv = model[0].apply(params["0"], x)
     np.testing.assert_array_equal(np.asarray(seen["1"]), np.asarray(jax.nn.relu(conv)))
     np.testing.assert_array_equal(np.asarray(y), np.asarray(model.apply(params, x)))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's buffer assignment")
+def test_relu_then_pool_frees_the_convolution_output_for_the_backward_pass():
+    """Two conv/ReLU/pool stages: the pool saves its maxima and winners and the ReLU
+    after it reads the maxima, so the second stage's backward pass (the step's peak)
+    runs without the first convolution's ``[16, 16, 28, 28]`` output (0.8 MB). With a
+    ReLU that ``Sequential`` may not move (a ``Lambda``) that output stays alive:
+    measured 0.75 of its size more temporaries (2.3 against 2.9 MB here, 9.3 against 11.7
+    MB at batch 64; 31.9 against 42.6 MiB for the benchmark's CNN); at least half is
+    required."""
+
+    def temp_bytes(relu):
+        model = Sequential(
+            Conv2d(16, 3, padding=1), relu, MaxPool2d(2), Conv2d(32, 3, padding=1), relu,
+            MaxPool2d(2),
+        )  # fmt: skip
+        x = jax.ShapeDtypeStruct((16, 1, 28, 28), jnp.float32)
+        params = pl.params.abstract(model, x.shape)
+
+        def loss(params, x):
+            return jnp.sum(model.apply(params, x) ** 2)
+
+        compiled = jax.jit(jax.grad(loss)).lower(params, x).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    first_output = 16 * 16 * 28 * 28 * 4
+    assert temp_bytes(Lambda(jax.nn.relu)) - temp_bytes(ReLU()) >= first_output / 2
