@@ -2,8 +2,7 @@
 ``Qwen2ForCausalLM``) under Hugging Face's names and layouts.
 
 RMSNorm (float32 statistics), rotate-half RoPE at ``rope_theta`` (and the ``linear``,
-``dynamic`` and ``llama3`` rope scalings; ``YarnRotaryEmbedding`` for the families that
-take ``yarn``), grouped-query attention with any ``head_dim``, a SwiGLU MLP
+``dynamic``, ``llama3`` and ``yarn`` rope scalings), grouped-query attention with any ``head_dim``, a SwiGLU MLP
 (``gate_proj``, ``up_proj``, ``down_proj``), ``attention_bias``/``mlp_bias``, a tied or
 untied ``lm_head``; Qwen2's q/k/v biases; Mistral's ``sliding_window``. Names:
 ``model.embed_tokens.weight``, ``model.layers.0.self_attn.q_proj.weight``, ...,
@@ -311,9 +310,11 @@ class LlamaConfig(Config):
                 factor=float(params["factor"]),
                 max_position_embeddings=int(self.max_position_embeddings),
             )
+        if kind == "yarn":
+            return yarn_rope(theta, params, int(self.max_position_embeddings))
         raise ValueError(
-            f"{type(self).__name__}: rope_type must be 'default', 'linear', 'dynamic' or "
-            f"'llama3', got {kind!r}"
+            f"{type(self).__name__}: rope_type must be 'default', 'linear', 'dynamic', "
+            f"'llama3' or 'yarn', got {kind!r}"
         )
 
     @property

@@ -375,7 +375,7 @@ def test_config_errors_name_the_file(tmp_path):
     folder.mkdir()
     base = {"model_type": "llama", **{k: v for k, v in TINY_LLAMA.items()}}
     for rope, problem in (
-        ({"rope_type": "yarn", "factor": 2.0}, r"rope_type must be"),
+        ({"rope_type": "longrope", "factor": 2.0}, r"rope_type must be"),
         ({"rope_type": "linear"}, r"missing 'factor'"),
     ):
         (folder / "config.json").write_text(json.dumps({**base, "rope_scaling": rope}))
@@ -597,14 +597,16 @@ def test_gpt2_from_a_base_model_file_with_its_buffers(torch, transformers, tmp_p
     np.testing.assert_allclose(np.asarray(model.apply(params, ids)), want, atol=2e-5)
 
 
-@pytest.mark.parametrize("kind", ["linear", "dynamic"])
+@pytest.mark.parametrize("kind", ["linear", "dynamic", "yarn"])
 def test_linear_and_dynamic_rope_scaling_equal_transformers(torch, transformers, kind):
     """``rope_type`` ``linear`` (frequencies / factor) and ``dynamic`` (NTK: the base
     grows once a call's positions reach past ``max_position_embeddings``, here 8): the
     logits of 20 tokens, and greedy decoding from 6 prompt tokens to 20, past the
     limit, equal transformers' (whose dynamic module grows its frequencies as the
-    sequence does)."""
+    sequence does); ``yarn`` (frequencies blended by wavelength, cos/sin scaled)."""
     rope = {"rope_type": kind, "factor": 2.5, "rope_theta": 1000.0}
+    if kind == "yarn":
+        rope["original_max_position_embeddings"] = 4
     hf = _reference(torch, transformers, "llama", rope_parameters=rope, max_position_embeddings=8)
     model, params = _ours(hf)
     assert model.config.rope().factor == 2.5
