@@ -205,6 +205,37 @@ def test_cached_decoding_generate_and_folders(torch, transformers, case, tmp_pat
     np.testing.assert_allclose(np.asarray(model.apply(params, ids[:1])), again, atol=2e-5)
 
 
+@pytest.mark.parametrize("case", ["mixtral", "qwen3_moe"])
+def test_lora_capture_and_sharding_rules(torch, transformers, case, tmp_path_factory):
+    """LoRA by target names on the attention projections (outputs unchanged at init),
+    ``capture`` of a block's attention, and the transformer sharding rules on a
+    one-device mesh, loading the folder sharded."""
+    import purelayers.lora as lora
+    import purelayers.sharding as S
+
+    _, folder, model, params = _pair(torch, transformers, case, tmp_path_factory)
+    ids, mask = _batch()
+    base = np.asarray(model.apply(params, ids, attention_mask=mask))
+    lmodel = lora.wrap(model, ["q_proj", "v_proj"], r=2)
+    lparams = lora.init(lmodel, jax.random.key(1), params)
+    assert len(lmodel.target_modules) == 2 * TINY["num_hidden_layers"]
+    np.testing.assert_allclose(
+        np.asarray(lmodel.apply(lparams, ids, attention_mask=mask)), base, atol=1e-5
+    )
+    probe = pl.capture(model.apply, "model.layers.0.self_attn")
+    _, seen = jax.jit(probe)(params, ids, attention_mask=mask)
+    assert seen["model.layers.0.self_attn"].shape == (2, 9, TINY["hidden_size"])
+    mesh = S.make_mesh({"model": 1})
+    rules = [*S.transformer_block("model.layers.*", axis="model"), ("*", S.P())]
+    sharded = M.from_pretrained(
+        folder, shardings=lambda m: S.named_shardings(
+            pl.params.abstract(m, m.example_shape()), rules, mesh)
+    )[1]  # fmt: skip
+    np.testing.assert_allclose(
+        np.asarray(model.apply(sharded, ids, attention_mask=mask)), base, atol=1e-6
+    )
+
+
 def test_bad_folders_are_refused(torch, transformers, tmp_path_factory):
     """``num_experts_per_tok`` above the experts: a ValueError naming config.json and
     the field; expert weights missing or misshapen: the checkpoint error naming each."""
