@@ -27,6 +27,11 @@ layers among the paths it matches. Paths are checkpoint paths, per block inside 
 ``Repeat`` (``transformer.h.0.attn.c_attn``); as a ``Repeat``'s blocks share one
 structure, a target must select a layer in all of its blocks or in none.
 
+``modules_to_save=`` (PEFT's option) names modules that train in full beside the
+adapters; a classifier's or question-answering model's head is always one, as in PEFT:
+``trainable(params, lmodel)`` marks them, ``save_adapter`` writes their weights under
+PEFT's names and ``load_adapter`` reads them back.
+
 Dropout needs ``key`` and ``train=True`` to reach the LoRA layer. The causal models of
 ``purelayers.models`` (and ``layers.Attention``) give each projection a key of its own
 from the one ``apply`` gets, so every adapter draws its own mask, as PEFT's
@@ -68,7 +73,16 @@ from purelayers.lora.layers import (
     adapter_dtype,
     check_settings,
 )
-from purelayers.lora.model import LoraModel, join, modules, parse_targets, resolve, unwrap
+from purelayers.lora.model import (
+    ALL_LINEAR,
+    LoraModel,
+    join,
+    modules,
+    parse_targets,
+    resolve,
+    resolve_saved,
+    unwrap,
+)
 from purelayers.trees import Stacked
 
 __all__ = [
@@ -102,6 +116,7 @@ def wrap(
     lora_dropout: float = 0.0,
     use_rslora: bool = False,
     bias: str = "none",
+    modules_to_save: str | Sequence[str] | None = None,
 ) -> LoraModel:
     r"""``model`` with a LoRA adapter on each layer ``target_modules`` selects, as
     ``peft.get_peft_model(model, peft.LoraConfig(...))``.
@@ -128,7 +143,16 @@ def wrap(
         Default ``0.0``.
       use_rslora: scale by ``lora_alpha / sqrt(r)`` (rank-stabilized LoRA). Default
         ``False``.
-      bias: which biases train; only ``"none"`` (``trainable`` marks adapters only).
+      bias: which biases train; only ``"none"`` (no base bias trains).
+      modules_to_save: a name or a list of names and patterns (matched as
+        ``target_modules``) of modules that train in full beside the adapters, PEFT's
+        ``modules_to_save`` (``trainable(params, lmodel)`` marks their leaves;
+        ``save_adapter`` writes their weights). A model whose class has a
+        classification or question-answering ``peft_task_type``
+        (``BertForSequenceClassification``, ...) adds its head as PEFT's
+        ``PeftModelFor...`` classes do (``classifier`` or ``score`` for ``SEQ_CLS`` and
+        ``TOKEN_CLS``, ``qa_outputs`` for ``QUESTION_ANS``), given or not; such a head
+        is left out of ``"all-linear"``'s targets, as PEFT leaves it. Default ``None``.
 
     Returns:
       a ``LoraModel``; ``init`` (or ``load_adapter``) makes its params from the base's.
@@ -136,7 +160,9 @@ def wrap(
     Raises:
       ValueError: a bad setting (naming it), targets that match nothing, a name that
         matches a layer of another kind, a tied layer, a target in only some blocks of
-        a ``Repeat``, or a model whose children cannot be replaced.
+        a ``Repeat``, or a model whose children cannot be replaced; ``modules_to_save``
+        names that match nothing, a module in it that is or holds a target, is tied, or
+        lies inside a ``Repeat``.
 
     Example:
       >>> mlp = L.Sequential({"q_proj": L.Linear(4), "act": L.ReLU(), "out": L.Linear(2)})
@@ -155,12 +181,26 @@ def wrap(
     check_settings("lora.wrap", r, lora_alpha, lora_dropout, use_rslora)
     check_choice("lora.wrap", "bias", bias, ("none",))
     paths = resolve(model, chosen)
+    saved = resolve_saved(model, modules_to_save)
+    if chosen == (ALL_LINEAR,):  # PEFT: the modules to save are no targets
+        paths = tuple(p for p in paths if not any(_under(p, s) for s in saved)) or paths
+    clash = [(p, s) for p in paths for s in saved if _under(p, s)]
+    if clash:
+        raise ValueError(
+            f"lora.wrap: target {clash[0][0]!r} lies in {clash[0][1]!r}, a module of "
+            "modules_to_save (or the head PEFT trains in full for this model's task); a "
+            "module takes an adapter or trains in full, not both"
+        )
     # NumPy scalars become Python numbers: the settings are written to adapter_config.json
     r, lora_alpha, lora_dropout = (
         v.item() if isinstance(v, np.generic) else v for v in (r, lora_alpha, lora_dropout)
     )
     settings = dict(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, use_rslora=use_rslora)
-    return LoraModel(model, paths, **settings)
+    return LoraModel(model, paths, **settings, modules_to_save=saved)
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".")
 
 
 # -- params -----------------------------------------------------------------------------
@@ -256,22 +296,33 @@ def init(lmodel: LoraModel, key: jax.Array, base_params: Params) -> Params:
     return _map_targets(lmodel, base_params, visit, "lora.init")
 
 
-def trainable(params: Any) -> Any:
-    """A bool tree shaped like ``params`` (``Stacked`` nodes included): True exactly on
-    the adapter leaves (under ``lora_A``/``lora_B``, or named ``lora_embedding_A``/
-    ``lora_embedding_B``), False on every base leaf. For optax::
+def trainable(params: Any, lmodel: LoraModel | None = None) -> Any:
+    """A bool tree shaped like ``params`` (``Stacked`` nodes included): True on the
+    adapter leaves (under ``lora_A``/``lora_B``, or named ``lora_embedding_A``/
+    ``lora_embedding_B``) and, given ``lmodel``, on every leaf of its
+    ``modules_to_save`` (the head of a classifier, ...); False on every other base leaf.
+    For optax::
 
         tx = optax.multi_transform({True: optax.adam(1e-3), False: optax.set_to_zero()},
-                                   lora.trainable(params))
+                                   lora.trainable(params, lmodel))
 
-    whose state then holds moments for the adapters only (``optax.masked`` alone passes
-    the other gradients through unchanged: chain it with ``set_to_zero`` on the rest).
+    whose state then holds moments for the trained leaves only (``optax.masked`` alone
+    passes the other gradients through unchanged: chain it with ``set_to_zero`` on the
+    rest).
+
+    Raises:
+      ValueError: ``lmodel`` given but not from ``wrap``.
     """
+    saved = () if lmodel is None else _need_wrapped("lora.trainable", lmodel).modules_to_save
 
-    def is_adapter(path: tuple[Any, ...], _: Any) -> bool:
-        return any(getattr(k, "key", None) in _ADAPTER_KEYS for k in path)
+    def is_trained(path: tuple[Any, ...], _: Any) -> bool:
+        keys = [getattr(k, "key", None) for k in path]
+        if any(k in _ADAPTER_KEYS for k in keys):
+            return True
+        name = ".".join(str(k) for k in keys)
+        return any(_under(name, s) for s in saved)
 
-    return jax.tree_util.tree_map_with_path(is_adapter, params)
+    return jax.tree_util.tree_map_with_path(is_trained, params)
 
 
 def merge(lmodel: LoraModel, params: Params) -> tuple[Layer, Params]:
@@ -351,7 +402,7 @@ def _peft_config(
         "fan_in_fan_out": fan_in_fan_out,
         "bias": "none",
         "use_rslora": lmodel.use_rslora,
-        "modules_to_save": None,
+        "modules_to_save": list(lmodel.modules_to_save) or None,
         "init_lora_weights": True,
         "layers_to_transform": None,
         "layers_pattern": None,
@@ -377,10 +428,17 @@ def save_adapter(
     """Write PEFT's adapter folder: ``peft.PeftModel.from_pretrained(base, path)`` loads
     it onto the torch model whose ``state_dict`` names ``lmodel.model``'s params carry.
 
-    ``adapter_model.safetensors`` holds the adapter arrays only, named
-    ``base_model.model.<target>.lora_A.weight`` (per block; in their dtype);
+    ``adapter_model.safetensors`` holds the adapter arrays, named
+    ``base_model.model.<target>.lora_A.weight`` (per block; in their dtype), and the
+    weights of ``lmodel.modules_to_save`` under the names PEFT saves them by
+    (``base_model.model.classifier.weight``: the base name, where PEFT's model holds
+    ``classifier.modules_to_save.default.weight``), no other base weight. A classifier's
+    or question-answering model's head is always among them (``wrap`` adds it, as PEFT
+    does): PEFT builds that head afresh from the base model
+    when it loads the adapter, so a trained head it does not find is lost.
     ``adapter_config.json`` PEFT's ``LoraConfig`` fields with the matched paths as
-    ``target_modules`` and ``fan_in_fan_out`` true for transposed (GPT-2) Linears, its
+    ``target_modules`` (and the saved modules' paths as ``modules_to_save``) and
+    ``fan_in_fan_out`` true for transposed (GPT-2) Linears, its
     ``task_type`` and ``base_model_name_or_path``: with both,
     ``peft.AutoPeftModelForCausalLM.from_pretrained(path)`` loads the base model and the
     adapter by itself. The folder is created if needed; each file is written atomically,
@@ -408,6 +466,7 @@ def save_adapter(
             f"lora.save_adapter: params has no {missing[0]!r} ({len(missing)} adapter arrays "
             "missing); pass the params lora.init or lora.load_adapter returns"
         )
+    names += [n for n in flat if any(_under(n, s) for s in lmodel.modules_to_save)]
     tensors = _params.unflatten({_PREFIX + n: flat[n] for n in names})
     if base_model_name_or_path is None:
         base_model_name_or_path = getattr(lmodel.model, "name_or_path", None)
@@ -434,8 +493,10 @@ def load_adapter(path: str | os.PathLike, lmodel: LoraModel, base_params: Params
     per block) with their shapes; arrays are cast to the dtype ``init`` gives adapters
     (the base weight's; float32 over a float16 or bfloat16 base). Base weights PEFT
     saves beside an adapter (by default when ``embed_tokens`` or ``lm_head`` is a
-    target: ``<name>.base_layer.weight``) replace the base's under that name, as
-    ``PeftModel.from_pretrained`` loads them (cast to its dtype, shapes checked). Every
+    target: ``<name>.base_layer.weight``; the weights of PEFT's ``modules_to_save``,
+    such as a classifier's head: ``classifier.weight``) replace the base's under that
+    name, as ``PeftModel.from_pretrained`` loads them (cast to its dtype, shapes
+    checked). Every
     check runs before anything is built; ``base_params`` is not changed.
 
     Raises:

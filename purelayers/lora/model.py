@@ -26,7 +26,16 @@ from purelayers.layers import Linear, Remat, Repeat, Sequential, Tied
 from purelayers.layers.core import Layer, Params
 from purelayers.lora.layers import SUPPORTED, _Lora, lora_layer
 
-__all__ = ["LoraModel", "join", "modules", "parse_targets", "resolve", "unwrap"]
+__all__ = [
+    "TASK_HEADS",
+    "LoraModel",
+    "join",
+    "modules",
+    "parse_targets",
+    "resolve",
+    "resolve_saved",
+    "unwrap",
+]
 
 
 def join(prefix: str, name: str) -> str:
@@ -82,6 +91,8 @@ class LoraModel(Layer):
     Attributes:
       model: the layer given to ``wrap`` (``merge`` returns it).
       target_modules: the wrapped layers' paths, per block, in registration order.
+      modules_to_save: the paths of the modules that train in full beside the adapters
+        (PEFT's ``modules_to_save``), in registration order.
       r, lora_alpha, lora_dropout, use_rslora: the LoRA settings.
     """
 
@@ -91,6 +102,7 @@ class LoraModel(Layer):
     lora_alpha: float = 8
     lora_dropout: float = 0.0
     use_rslora: bool = False
+    modules_to_save: tuple[str, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "_inner", _rebuild(self.model, "", set(self.target_modules), self))
@@ -155,14 +167,72 @@ def _hits(target: str, path: str) -> bool:
     return path == target or path.endswith("." + target)
 
 
-def parse_targets(target_modules: Any) -> tuple[str, ...]:
+def parse_targets(target_modules: Any, what: str = "target_modules") -> tuple[str, ...]:
     items = (target_modules,) if isinstance(target_modules, str) else target_modules
     if not isinstance(items, Sequence) or isinstance(items, (bytes, bytearray)) or not items:
         raise ValueError(
-            "lora.wrap: target_modules must be a name or a non-empty list of names or "
+            f"lora.wrap: {what} must be a name or a non-empty list of names or "
             f"patterns (e.g. ('q_proj', 'v_proj')), got {target_modules!r}"
         )
-    return tuple(check_pattern(t, f"lora.wrap: target_modules[{i}]") for i, t in enumerate(items))
+    return tuple(check_pattern(t, f"lora.wrap: {what}[{i}]") for i, t in enumerate(items))
+
+
+# PEFT's task types whose model class (PeftModelForSequenceClassification, ...) adds the
+# head to ``modules_to_save`` by itself, and the head names it adds.
+TASK_HEADS: dict[str, tuple[str, ...]] = {
+    "SEQ_CLS": ("classifier", "score"),
+    "TOKEN_CLS": ("classifier", "score"),
+    "QUESTION_ANS": ("qa_outputs",),
+}
+
+
+def _outside_repeats(layer: Layer, path: str = "") -> Iterator[tuple[str, Layer]]:
+    """``modules`` less everything inside a ``Repeat`` (whose blocks' params are stacked)."""
+    core = unwrap(layer)
+    if path:
+        yield path, core
+    if isinstance(core, Repeat):
+        return
+    for name, child in core.children().items():
+        yield from _outside_repeats(child, join(path, name))
+
+
+def resolve_saved(model: Layer, modules_to_save: Any) -> tuple[str, ...]:
+    """The paths of the modules that train in full: those ``modules_to_save`` names (as
+    ``target_modules`` match), and for a model whose ``peft_task_type`` is a
+    classification or question-answering one the head PEFT adds (``TASK_HEADS``); a
+    module under one already chosen is not listed again."""
+    given = () if modules_to_save is None else parse_targets(modules_to_save, "modules_to_save")
+    heads = TASK_HEADS.get(getattr(type(model), "peft_task_type", None), ())
+    inside = {p for p, _ in modules(model)} - {p for p, _ in _outside_repeats(model)}
+    found: list[str] = []
+    used: set[str] = set()
+    for path, _ in modules(model):
+        hits = [t for t in given if _hits(t, path)]
+        used.update(hits)
+        if not hits and not any(_hits(h, path) for h in heads):
+            continue
+        if any(path.startswith(f + ".") for f in found):
+            continue
+        if path in inside:
+            raise ValueError(
+                f"lora.wrap: modules_to_save selects {path!r}, inside a Repeat whose blocks' "
+                "params are stacked; name a module outside the Repeat (or the Repeat itself)"
+            )
+        aliases = model.aliases()
+        tied = [k for k, v in aliases.items() for n in (k, v) if n.startswith(path + ".")]
+        if tied:
+            raise ValueError(
+                f"lora.wrap: modules_to_save selects {path!r}, whose {tied[0]!r} is tied to "
+                f"{aliases[tied[0]]!r}; a tied module cannot train in full on its own"
+            )
+        found.append(path)
+    unused = [t for t in given if t not in used]
+    if unused:
+        raise ValueError(
+            f"lora.wrap: modules_to_save {unused} match no module of {type(model).__name__}"
+        )
+    return tuple(found)
 
 
 ALL_LINEAR = "all-linear"
