@@ -228,8 +228,8 @@ def from_pretrained(
 
     The folder holds ``config.json`` and ``model.safetensors`` (or a sharded
     ``model.safetensors.index.json`` and its shards). The class comes from
-    ``config["architectures"][0]`` where the library has that class (the BERT and RoBERTa
-    task heads, the base models), else ``config["model_type"]``'s base class (``gpt2``,
+    ``config["architectures"][0]`` where the library has that class (the BERT, RoBERTa,
+    DistilBERT, ViT, Llama and Qwen2 task heads, the base models), else ``config["model_type"]``'s base class (``gpt2``,
     ``llama``, ``mistral``, ``qwen2``, ``bert``, ``roberta``, ``vit``, ``phi3``, ...),
     the other head's names left out with a ``CheckpointWarning`` naming them. Params are read by name (``pl.params.load_state_dict``'s strict rules:
     every name of the model must be in the file; a tied name may be absent), each
