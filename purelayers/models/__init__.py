@@ -21,6 +21,11 @@ from purelayers.models.bert_heads import (
 from purelayers.models.clip import CLIPConfig, CLIPModel
 from purelayers.models.config import Config, Frozen
 from purelayers.models.decoding import generate
+from purelayers.models.distilbert import (
+    DistilBertConfig,
+    DistilBertForSequenceClassification,
+    DistilBertModel,
+)
 from purelayers.models.gemma import (
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -49,10 +54,17 @@ from purelayers.models.roberta import (
     RobertaForSequenceClassification,
     RobertaModel,
 )
+from purelayers.models.seq_cls import (
+    LlamaForSequenceClassification,
+    LlamaSeqClsConfig,
+    Qwen2ForSequenceClassification,
+    Qwen2SeqClsConfig,
+)
 from purelayers.models.sft import IGNORE_INDEX, causal_lm_loss, encode_chat, sft_batch
 from purelayers.models.siglip import SiglipConfig, SiglipModel
 from purelayers.models.t5 import T5Config, T5ForConditionalGeneration
 from purelayers.models.vit import ViTConfig, ViTModel
+from purelayers.models.vit_heads import ViTForImageClassification
 
 __all__ = [
     "IGNORE_INDEX",
@@ -67,6 +79,9 @@ __all__ = [
     "CLIPConfig",
     "CLIPModel",
     "Config",
+    "DistilBertConfig",
+    "DistilBertForSequenceClassification",
+    "DistilBertModel",
     "Frozen",
     "GPT2Config",
     "GPT2LMHeadModel",
@@ -78,6 +93,8 @@ __all__ = [
     "GptOssForCausalLM",
     "LlamaConfig",
     "LlamaForCausalLM",
+    "LlamaForSequenceClassification",
+    "LlamaSeqClsConfig",
     "MistralConfig",
     "MistralForCausalLM",
     "MixtralConfig",
@@ -88,6 +105,8 @@ __all__ = [
     "Phi3ForCausalLM",
     "Qwen2Config",
     "Qwen2ForCausalLM",
+    "Qwen2ForSequenceClassification",
+    "Qwen2SeqClsConfig",
     "Qwen3Config",
     "Qwen3ForCausalLM",
     "Qwen3MoeConfig",
@@ -102,6 +121,7 @@ __all__ = [
     "T5Config",
     "T5ForConditionalGeneration",
     "ViTConfig",
+    "ViTForImageClassification",
     "ViTModel",
     "causal_lm_loss",
     "encode_chat",

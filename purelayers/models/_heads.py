@@ -74,6 +74,6 @@ def last_token(
     if input_ids is None or pad_token_id is None:
         index = jnp.full((logits.shape[0],), seq - 1)
     else:
-        tokens = (input_ids != pad_token_id).astype(jnp.int32) * jnp.arange(seq)
+        tokens = (input_ids != pad_token_id).astype(jnp.int32) * jnp.arange(seq)[None, :]
         index = jnp.max(tokens, axis=-1)
     return jnp.take_along_axis(logits, index[:, None, None], axis=1)[:, 0]

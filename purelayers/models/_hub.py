@@ -43,6 +43,7 @@ def _model_types() -> dict[str, type]:
     from purelayers.models import (
         bert,
         clip,
+        distilbert,
         gemma,
         gpt2,
         gpt_oss,
@@ -77,15 +78,20 @@ def _model_types() -> dict[str, type]:
         "siglip": siglip.SiglipModel,
         "gpt_oss": gpt_oss.GptOssForCausalLM,
         "t5": t5.T5ForConditionalGeneration,
+        "distilbert": distilbert.DistilBertModel,
     }
 
 
 def _architectures() -> dict[str, type]:
     """The task-head classes ``from_pretrained`` picks by ``config["architectures"][0]``
     (the base classes of ``_model_types()`` are found by name too)."""
-    from purelayers.models import bert_heads, roberta
+    from purelayers.models import bert_heads, distilbert, roberta, seq_cls, vit_heads
 
     heads = [
+        vit_heads.ViTForImageClassification,
+        seq_cls.LlamaForSequenceClassification,
+        seq_cls.Qwen2ForSequenceClassification,
+        distilbert.DistilBertForSequenceClassification,
         roberta.RobertaForSequenceClassification,
         roberta.RobertaForMaskedLM,
         bert_heads.BertForSequenceClassification,
@@ -99,6 +105,7 @@ def _architectures() -> dict[str, type]:
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
     "phi3", "mixtral", "qwen3_moe", "gpt_oss", "roberta", "clip", "siglip", "t5",
+    "distilbert",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
@@ -221,8 +228,8 @@ def from_pretrained(
 
     The folder holds ``config.json`` and ``model.safetensors`` (or a sharded
     ``model.safetensors.index.json`` and its shards). The class comes from
-    ``config["architectures"][0]`` where the library has that class (the BERT and RoBERTa
-    task heads, the base models), else ``config["model_type"]``'s base class (``gpt2``,
+    ``config["architectures"][0]`` where the library has that class (the BERT, RoBERTa,
+    DistilBERT, ViT, Llama and Qwen2 task heads, the base models), else ``config["model_type"]``'s base class (``gpt2``,
     ``llama``, ``mistral``, ``qwen2``, ``bert``, ``roberta``, ``vit``, ``phi3``, ...),
     the other head's names left out with a ``CheckpointWarning`` naming them. Params are read by name (``pl.params.load_state_dict``'s strict rules:
     every name of the model must be in the file; a tied name may be absent), each

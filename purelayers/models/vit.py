@@ -297,7 +297,9 @@ class ViTModel(Built):
     The image size is ``config.image_size`` (position embeddings are not
     interpolated); pixels are cast to the patch projection's dtype, as transformers
     casts them.
-    Dropout runs only with ``train=True``, from ``key``.
+    ``ViTModel(config, add_pooling_layer=False)`` (the base of
+    ``ViTForImageClassification``) has no ``pooler`` and returns ``last_hidden_state``
+    alone. Dropout runs only with ``train=True``, from ``key``.
 
     ``init(key, (batch, num_channels, H, W))`` gives the params of transformers'
     ``ViTModel`` under its checkpoint names (see ``purelayers.models.vit``) and init:
@@ -324,6 +326,7 @@ class ViTModel(Built):
     """
 
     config: ViTConfig
+    add_pooling_layer: bool = True
 
     config_class: ClassVar[type[ViTConfig]] = ViTConfig
     base_model_prefix: ClassVar[str] = "vit"
@@ -335,6 +338,10 @@ class ViTModel(Built):
     def __post_init__(self):
         if not isinstance(self.config, ViTConfig):
             raise ValueError(f"ViTModel: config must be a ViTConfig, got {self.config!r}")
+        if not isinstance(self.add_pooling_layer, bool):
+            raise ValueError(
+                f"ViTModel: add_pooling_layer must be True or False, got {self.add_pooling_layer!r}"
+            )
         super().__post_init__()
 
     def example_shape(self) -> tuple[int, ...]:
@@ -347,12 +354,14 @@ class ViTModel(Built):
             "dense": _dense(c.pooler_output_size, _std(c.initializer_range)),
             "activation": _ACTIVATIONS[c.pooler_act],
         }
-        return {
+        parts = {
             "embeddings": ViTEmbeddings(c),
             "encoder": Sequential({"layer": Repeat(ViTLayer(c), c.num_hidden_layers)}),
             "layernorm": LayerNorm(eps=c.layer_norm_eps),
-            "pooler": Sequential(pooler),
         }
+        if self.add_pooling_layer:
+            parts["pooler"] = Sequential(pooler)
+        return parts
 
     def _check_pixels(self, shape: tuple[int, ...]) -> None:
         c = self.config
@@ -382,10 +391,12 @@ class ViTModel(Built):
         *,
         key: jax.Array | None = None,
         train: bool = False,
-    ) -> tuple[jax.Array, jax.Array]:
+    ) -> tuple[jax.Array, jax.Array] | jax.Array:
         x = jnp.asarray(pixel_values)
         self._check_pixels(x.shape)
         h = self.call("embeddings", params, x, key=fold(key, 0), train=train)
         h = self.call("encoder", params, h, key=fold(key, 1), train=train)
         h = self.call("layernorm", params, h)
+        if not self.add_pooling_layer:
+            return h
         return h, self.call("pooler", params, h[:, 0])
