@@ -872,3 +872,21 @@ def test_load_adapter_rejects_files_that_do_not_fit(tmp_path):
     with pytest.raises(CheckpointError, match=r"not a JSON object"):
         lora.load_adapter(tmp_path / "bad", lmodel, base)
     assert _same(_snapshot(base), kept)
+
+
+def test_base_model_applies_after_its_wrapped_copy():
+    """The params check's cache tells a model from its LoRA-wrapped copy at any depth
+    (a BERT's projections sit below a ``Repeat``): the base model applies to base params
+    after the wrapped one applied to its own."""
+    config = M.BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=16, type_vocab_size=2,
+    )  # fmt: skip
+    model = M.BertModel(config)
+    params = model.init(jax.random.key(0), (2, 5))
+    lmodel = lora.wrap(model, ["query"], r=2)
+    lparams = lora.init(lmodel, jax.random.key(1), params)
+    ids = np.ones((2, 5), np.int32)
+    wrapped = lmodel.apply(lparams, ids)
+    base = model.apply(params, ids)
+    np.testing.assert_allclose(np.asarray(wrapped[0]), np.asarray(base[0]), atol=1e-6)

@@ -80,11 +80,12 @@ _MEMO = _Memo()
 def _identity(layer: Any) -> Any:
     """``layer`` as a memo key. Layers compare by configuration; a model that builds its
     children from its config (``purelayers.models``) and a copy with replaced children
-    (``lora.wrap``) compare equal, so their children are part of the key."""
-    parts = getattr(layer, "_parts", None)
-    if isinstance(parts, dict):
-        return (layer, tuple((name, _identity(child)) for name, child in parts.items()))
-    return layer
+    (``lora.wrap``) compare equal, so their children (at every depth) are part of the
+    key."""
+    kids = layer.children() if hasattr(layer, "children") else {}
+    if not kids:
+        return layer
+    return (layer, tuple((name, _identity(child)) for name, child in kids.items()))
 
 
 def _expected_cached(layer: Any, spec: jax.ShapeDtypeStruct, what: str) -> Any:
