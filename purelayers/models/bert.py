@@ -246,6 +246,22 @@ class BertEmbeddings(Built):
         return self.call("dropout", params, h, key=key, train=train)
 
 
+def self_attention(
+    layer: Layer,
+    params: Params,
+    x: Any,
+    names: tuple[str, str, str],
+    mask: Any,
+    key: jax.Array | None,
+    train: bool,
+) -> jax.Array:
+    """``core(q(x), k(x), v(x), mask)`` for ``layer``'s children ``names = (q, k, v)``
+    and its ``core`` (an ``AttentionCore``): the heads concatenated, before any output
+    projection."""
+    q, k, v = (layer.call(name, params, x) for name in names)
+    return layer.call("core", params, q, k, v, mask=mask, key=key, train=train)
+
+
 @dataclasses.dataclass(frozen=True)
 class BertSelfAttention(Layer):
     r"""Multi-head self-attention before its output projection, as transformers'
@@ -280,10 +296,7 @@ class BertSelfAttention(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        q = self.call("query", params, x)
-        k = self.call("key", params, x)
-        v = self.call("value", params, x)
-        return self.call("core", params, q, k, v, mask=mask, key=key, train=train)
+        return self_attention(self, params, x, ("query", "key", "value"), mask, key, train)
 
 
 @dataclasses.dataclass(frozen=True)
