@@ -226,6 +226,10 @@ class BertEmbeddings(Built):
         shapes["LayerNorm"] = (*ids, self.config.hidden_size)
         return init_children(self, key, shapes, dtype)
 
+    def position_ids(self, input_ids: jax.Array) -> jax.Array:
+        """The positions embedded for ``input_ids``: ``0 .. seq - 1``."""
+        return jnp.arange(input_ids.shape[1])[None, :]
+
     def apply(
         self,
         params: Params,
@@ -238,7 +242,7 @@ class BertEmbeddings(Built):
         input_ids = as_array(input_ids)
         if token_type_ids is None:
             token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
-        positions = jnp.arange(input_ids.shape[1])[None, :]
+        positions = self.position_ids(input_ids)
         h = self.call("word_embeddings", params, input_ids)
         h = h + self.call("token_type_embeddings", params, token_type_ids)
         h = h + self.call("position_embeddings", params, positions)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from purelayers.layers import GELU, Layer, LayerNorm, Params, Tanh
-from purelayers.layers._checks import as_array, as_shape
+from purelayers.layers._checks import as_shape
 from purelayers.models._parts import fold, init_children
 from purelayers.models.bert import (
     BertConfig,
@@ -81,24 +81,9 @@ class RobertaEmbeddings(BertEmbeddings):
         )
         return parts
 
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        input_ids = as_array(input_ids)
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
-        positions = position_ids(input_ids, self.config.pad_token_id)
-        h = self.call("word_embeddings", params, input_ids)
-        h = h + self.call("token_type_embeddings", params, token_type_ids)
-        h = h + self.call("position_embeddings", params, positions)
-        h = self.call("LayerNorm", params, h)
-        return self.call("dropout", params, h, key=key, train=train)
+    def position_ids(self, input_ids: jax.Array) -> jax.Array:
+        """``position_ids(input_ids, pad_token_id)``."""
+        return position_ids(input_ids, self.config.pad_token_id)
 
 
 @dataclasses.dataclass(frozen=True)
