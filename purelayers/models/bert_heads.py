@@ -65,13 +65,8 @@ class _Head(Built):
             )
         super().__post_init__()
 
-    @property
-    def takes_ids(self) -> bool:
-        return True
-
-    def example_shape(self) -> tuple[int, ...]:
-        """The input shape ``from_pretrained`` builds its params template for."""
-        return (1, 1)
+    takes_ids = BertModel.takes_ids
+    example_shape = BertModel.example_shape
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         ids = as_shape(shape)
