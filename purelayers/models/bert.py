@@ -226,6 +226,10 @@ class BertEmbeddings(Built):
         shapes["LayerNorm"] = (*ids, self.config.hidden_size)
         return init_children(self, key, shapes, dtype)
 
+    def position_ids(self, input_ids: jax.Array) -> jax.Array:
+        """The positions embedded for ``input_ids``: ``0 .. seq - 1``."""
+        return jnp.arange(input_ids.shape[1])[None, :]
+
     def apply(
         self,
         params: Params,
@@ -238,12 +242,28 @@ class BertEmbeddings(Built):
         input_ids = as_array(input_ids)
         if token_type_ids is None:
             token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
-        positions = jnp.arange(input_ids.shape[1])[None, :]
+        positions = self.position_ids(input_ids)
         h = self.call("word_embeddings", params, input_ids)
         h = h + self.call("token_type_embeddings", params, token_type_ids)
         h = h + self.call("position_embeddings", params, positions)
         h = self.call("LayerNorm", params, h)
         return self.call("dropout", params, h, key=key, train=train)
+
+
+def self_attention(
+    layer: Layer,
+    params: Params,
+    x: Any,
+    names: tuple[str, str, str],
+    mask: Any,
+    key: jax.Array | None,
+    train: bool,
+) -> jax.Array:
+    """``core(q(x), k(x), v(x), mask)`` for ``layer``'s children ``names = (q, k, v)``
+    and its ``core`` (an ``AttentionCore``): the heads concatenated, before any output
+    projection."""
+    q, k, v = (layer.call(name, params, x) for name in names)
+    return layer.call("core", params, q, k, v, mask=mask, key=key, train=train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,10 +300,7 @@ class BertSelfAttention(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        q = self.call("query", params, x)
-        k = self.call("key", params, x)
-        v = self.call("value", params, x)
-        return self.call("core", params, q, k, v, mask=mask, key=key, train=train)
+        return self_attention(self, params, x, ("query", "key", "value"), mask, key, train)
 
 
 @dataclasses.dataclass(frozen=True)

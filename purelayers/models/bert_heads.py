@@ -39,11 +39,21 @@ __all__ = [
 ]
 
 
+def classifier_dropout(config: BertConfig) -> Dropout:
+    """The dropout before a classifier: ``classifier_dropout``, else
+    ``hidden_dropout_prob``, as transformers' heads choose it."""
+    c = config
+    return Dropout(c.hidden_dropout_prob if c.classifier_dropout is None else c.classifier_dropout)
+
+
 class _Head(Built):
-    """What the BERT heads share: the config check, the names, ``bert``'s call."""
+    """What the BERT-family heads share: the config check, the names, the base model's
+    call (under ``base_model_prefix``) and ``apply``, which runs the base model and
+    hands its output to the subclass's ``_head(params, h, key, train)``."""
 
     config_class: ClassVar[type[BertConfig]] = BertConfig
     base_model_prefix: ClassVar[str] = "bert"
+    model_class: ClassVar[type[BertModel]] = BertModel
     ignore_on_load: ClassVar[tuple[str, ...]] = BertModel.ignore_on_load
     optional_on_load: ClassVar[tuple[str, ...]] = ()
     pooled: ClassVar[bool] = False  # whether the head reads the pooler's output
@@ -55,31 +65,22 @@ class _Head(Built):
             )
         super().__post_init__()
 
-    @property
-    def takes_ids(self) -> bool:
-        return True
-
-    def example_shape(self) -> tuple[int, ...]:
-        """The input shape ``from_pretrained`` builds its params template for."""
-        return (1, 1)
+    takes_ids = BertModel.takes_ids
+    example_shape = BertModel.example_shape
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         ids = as_shape(shape)
         h = (ids[0], self.config.hidden_size) if self.pooled else (*ids, self.config.hidden_size)
-        shapes = {"bert": ids, "classifier": h, "qa_outputs": h, "cls": h}
+        heads = ("classifier", "qa_outputs", "cls", "lm_head")
+        shapes = {self.base_model_prefix: ids, **dict.fromkeys(heads, h)}
         return init_children(self, key, shapes, dtype)
 
     def _bert(self) -> BertModel:
-        return BertModel(self.config, add_pooling_layer=self.pooled)
-
-    def _dropout(self) -> Dropout:
-        c = self.config
-        p = c.hidden_dropout_prob if c.classifier_dropout is None else c.classifier_dropout
-        return Dropout(p)
+        return self.model_class(self.config, add_pooling_layer=self.pooled)
 
     def _encode(self, params, input_ids, attention_mask, token_type_ids, key, train):
         return self.call(
-            "bert",
+            self.base_model_prefix,
             params,
             input_ids,
             attention_mask=attention_mask,
@@ -88,9 +89,73 @@ class _Head(Built):
             train=train,
         )
 
+    def apply(
+        self,
+        params: Params,
+        input_ids: Any,
+        *,
+        attention_mask: Any = None,
+        token_type_ids: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> Any:
+        h = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
+        return self._head(params, h, key, train)
+
+
+class _DropoutClassifier(_Head):
+    """``classifier(dropout(h))`` on the base model's output."""
+
+    def build(self) -> dict[str, Layer]:
+        c = self.config
+        return {
+            self.base_model_prefix: self._bert(),
+            "dropout": classifier_dropout(c),
+            "classifier": _dense(c.num_labels, _std(c.initializer_range)),
+        }
+
+    def _head(self, params: Params, h: Any, key: jax.Array | None, train: bool) -> jax.Array:
+        h = self.call("dropout", params, h, key=fold(key, 1), train=train)
+        return self.call("classifier", params, h)
+
+
+class _TiedLM(_Head):
+    """A masked LM whose decoder is the word embeddings (held once, at
+    ``<base_model_prefix>.embeddings.word_embeddings.weight``); the head at
+    ``lm_path`` owns the decoder's ``bias``, and a file's ``<lm_path>.decoder.weight``
+    and ``.bias`` load as aliases."""
+
+    lm_path: ClassVar[str] = "cls.predictions"
+
+    def aliases(self) -> dict[str, str]:
+        p = self.lm_path
+        return {
+            **super().aliases(),
+            f"{p}.decoder.weight": f"{self.base_model_prefix}.embeddings.word_embeddings.weight",
+            f"{p}.decoder.bias": f"{p}.bias",
+        }
+
+    def _head(self, params: Params, h: Any, key: jax.Array | None, train: bool) -> jax.Array:
+        weight = params[self.base_model_prefix]["embeddings"]["word_embeddings"]["weight"]
+        return self.call(self.lm_path.split(".")[0], params, h, weight=weight)
+
+
+class _TiedDecoder(Built):
+    """A head whose last step is ``decoder``, a ``Linear`` of the given weight (the word
+    embeddings) and this layer's own ``bias`` ``(vocab_size,)``."""
+
+    def own_names(self) -> tuple[str, ...]:
+        return ("bias",)
+
+    def _bias(self, dtype: Any) -> jax.Array:
+        return jnp.zeros((self.config.vocab_size,), dtype)
+
+    def _decode(self, params: Params, h: Any, weight: jax.Array) -> jax.Array:
+        return self.call("decoder", {"decoder": {"weight": weight, "bias": params["bias"]}}, h)
+
 
 @dataclasses.dataclass(frozen=True)
-class BertForSequenceClassification(_Head):
+class BertForSequenceClassification(_DropoutClassifier):
     r"""``transformers.BertForSequenceClassification``: ``logits =
     classifier(dropout(pooler_output))``, ``config.num_labels`` wide.
 
@@ -122,31 +187,13 @@ class BertForSequenceClassification(_Head):
     pooled: ClassVar[bool] = True
     peft_task_type: ClassVar[str] = "SEQ_CLS"
 
-    def build(self) -> dict[str, Layer]:
-        c = self.config
-        return {
-            "bert": self._bert(),
-            "dropout": self._dropout(),
-            "classifier": _dense(c.num_labels, _std(c.initializer_range)),
-        }
-
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        _, pooled = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
-        h = self.call("dropout", params, pooled, key=fold(key, 1), train=train)
-        return self.call("classifier", params, h)
+    def _head(self, params: Params, h: Any, key: jax.Array | None, train: bool) -> jax.Array:
+        _, pooled = h
+        return super()._head(params, pooled, key, train)
 
 
 @dataclasses.dataclass(frozen=True)
-class BertForTokenClassification(_Head):
+class BertForTokenClassification(_DropoutClassifier):
     r"""``transformers.BertForTokenClassification``: ``logits =
     classifier(dropout(last_hidden_state))``, one row of ``num_labels`` per token.
 
@@ -162,28 +209,6 @@ class BertForTokenClassification(_Head):
     config: BertConfig
 
     peft_task_type: ClassVar[str] = "TOKEN_CLS"
-
-    def build(self) -> dict[str, Layer]:
-        c = self.config
-        return {
-            "bert": self._bert(),
-            "dropout": self._dropout(),
-            "classifier": _dense(c.num_labels, _std(c.initializer_range)),
-        }
-
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        h = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
-        h = self.call("dropout", params, h, key=fold(key, 1), train=train)
-        return self.call("classifier", params, h)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,27 +233,19 @@ class BertForQuestionAnswering(_Head):
     def build(self) -> dict[str, Layer]:
         c = self.config
         return {
-            "bert": self._bert(),
+            self.base_model_prefix: self._bert(),
             "qa_outputs": _dense(c.num_labels, _std(c.initializer_range)),
         }
 
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
+    def _head(
+        self, params: Params, h: Any, key: jax.Array | None, train: bool
     ) -> tuple[jax.Array, jax.Array]:
-        h = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
         logits = self.call("qa_outputs", params, h)
         return logits[..., 0], logits[..., 1]
 
 
 @dataclasses.dataclass(frozen=True)
-class BertLMPredictionHead(Built):
+class BertLMPredictionHead(_TiedDecoder):
     r"""transformers' ``BertLMPredictionHead``: ``decoder(LayerNorm(act(dense(h))))``,
     where ``decoder`` is a ``Linear`` whose weight is given (the word embeddings) and
     whose bias is this layer's own ``bias``.
@@ -246,9 +263,6 @@ class BertLMPredictionHead(Built):
 
     config: BertConfig
 
-    def own_names(self) -> tuple[str, ...]:
-        return ("bias",)
-
     def build(self) -> dict[str, Layer]:
         c = self.config
         std = _std(c.initializer_range)
@@ -260,16 +274,13 @@ class BertLMPredictionHead(Built):
         return {"transform": Sequential(transform), "decoder": _dense(c.vocab_size, std)}
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        bias = jnp.zeros((self.config.vocab_size,), dtype)
         return {
-            "bias": bias,
+            "bias": self._bias(dtype),
             "transform": self.init_child("transform", key, as_shape(shape), dtype),
         }
 
     def apply(self, params: Params, h: Any, *, weight: jax.Array) -> jax.Array:
-        h = self.call("transform", params, h)
-        decoder = {"decoder": {"weight": weight, "bias": params["bias"]}}
-        return self.call("decoder", decoder, h)
+        return self._decode(params, self.call("transform", params, h), weight)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,7 +301,7 @@ class BertOnlyMLMHead(Built):
 
 
 @dataclasses.dataclass(frozen=True)
-class BertForMaskedLM(_Head):
+class BertForMaskedLM(_TiedLM):
     r"""``transformers.BertForMaskedLM``: ``logits = cls.predictions(last_hidden_state)``,
     its decoder the word embeddings (held once, at
     ``bert.embeddings.word_embeddings.weight``; a file's
@@ -309,27 +320,6 @@ class BertForMaskedLM(_Head):
 
     def build(self) -> dict[str, Layer]:
         return {
-            "bert": self._bert(),
+            self.base_model_prefix: self._bert(),
             "cls": BertOnlyMLMHead(self.config),
         }
-
-    def aliases(self) -> dict[str, str]:
-        return {
-            **super().aliases(),
-            "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-            "cls.predictions.decoder.bias": "cls.predictions.bias",
-        }
-
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        h = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
-        weight = params["bert"]["embeddings"]["word_embeddings"]["weight"]
-        return self.call("cls", params, h, weight=weight)

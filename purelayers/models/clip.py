@@ -29,7 +29,6 @@ the text embeddings) are SigLIP's too (``purelayers.models.siglip``).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar
 
 import jax
@@ -42,17 +41,22 @@ from purelayers.layers import (
     Embedding,
     Lambda,
     Layer,
-    LayerError,
     LayerNorm,
     Linear,
     Params,
     Repeat,
     Sequential,
 )
-from purelayers.layers._checks import as_array
 from purelayers.layers._two_inputs import pair_init, two_shapes
 from purelayers.models._parts import fold
-from purelayers.models.bert import _ACTIVATIONS
+from purelayers.models._towers import (
+    check_ids,
+    check_pixels,
+    normalized,
+    padding_mask,
+    patches,
+)
+from purelayers.models.bert import _ACTIVATIONS, self_attention
 from purelayers.models.clip_config import (
     CLIPConfig,
     CLIPTextConfig,
@@ -123,10 +127,7 @@ class CLIPAttention(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        q = self.call("q_proj", params, x)
-        k = self.call("k_proj", params, x)
-        v = self.call("v_proj", params, x)
-        h = self.call("core", params, q, k, v, mask=mask, key=key, train=train)
+        h = self_attention(self, params, x, ("q_proj", "k_proj", "v_proj"), mask, key, train)
         return self.call("out_proj", params, h)
 
 
@@ -237,57 +238,38 @@ class CLIPTextEmbeddings(Layer):
         return h + self.call("position_embedding", params, positions)
 
 
-def check_ids(model: str, config: Any, input_ids: Any, attention_mask: Any) -> jax.Array:
-    """``input_ids`` as an array, ``(batch, seq)`` with ``seq`` at most
-    ``max_position_embeddings``, and ``attention_mask`` of its shape."""
-    ids = as_array(input_ids)
-    if ids.ndim != 2:
-        raise LayerError(model, "input_ids shape", "(batch, seq)", ids.shape)
-    if ids.shape[1] > config.max_position_embeddings:
-        raise LayerError(
-            model,
-            "input_ids axis 1 (sequence length)",
-            f"at most max_position_embeddings={config.max_position_embeddings}",
-            ids.shape[1],
-        )
-    if attention_mask is not None and jnp.shape(attention_mask) != ids.shape:
-        raise LayerError(model, "attention_mask shape", ids.shape, jnp.shape(attention_mask))
-    return ids
-
-
-def check_pixels(model: str, config: Any, pixel_values: Any) -> jax.Array:
-    """``pixel_values`` as an array of shape ``(batch, num_channels, image_size,
-    image_size)``; a ``LayerError`` naming the first axis that differs otherwise."""
-    x = jnp.asarray(pixel_values)
-    c, s = config.num_channels, config.image_size
-    if x.ndim != 4:
-        raise LayerError(model, "pixel_values shape", f"(batch, {c}, {s}, {s})", x.shape)
-    for axis, what, want in ((1, "channels", c), (2, "height", s), (3, "width", s)):
-        if x.shape[axis] != want:
-            raise LayerError(
-                model,
-                f"pixel_values axis {axis} ({what})",
-                want,
-                x.shape[axis],
-                f"pixel_values.shape == {x.shape}; the channels and image size are the vision "
-                "config's num_channels and image_size (position embeddings are not "
-                "interpolated): resize the images",
-            )
-    return x
-
-
-def padding_mask(attention_mask: Any) -> Any:
-    """``(batch, seq)`` ones and zeros as a key mask ``(batch, 1, 1, seq)``."""
-    if attention_mask is None:
-        return None
-    return (jnp.asarray(attention_mask) != 0)[:, None, None, :]
-
-
 # -- the towers ------------------------------------------------------------------------
 
 
+class TextTower(Layer):
+    """What CLIP's and SigLIP's text towers share: ``input_ids`` checked, embedded, run
+    through ``encoder`` (padding keys masked by ``attention_mask``) and
+    ``final_layer_norm``; the subclass's ``pool(params, ids, h)`` gives
+    ``pooler_output``."""
+
+    @property
+    def takes_ids(self) -> bool:
+        return True
+
+    def apply(
+        self,
+        params: Params,
+        input_ids: Any,
+        *,
+        attention_mask: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> tuple[jax.Array, jax.Array]:
+        ids = check_ids(type(self).__name__, self.config, input_ids, attention_mask)
+        h = self.call("embeddings", params, ids)
+        mask = padding_mask(attention_mask)
+        h = self.call("encoder", params, h, mask=mask, key=key, train=train)
+        h = self.call("final_layer_norm", params, h)
+        return h, self.pool(params, ids, h)
+
+
 @dataclasses.dataclass(frozen=True)
-class CLIPTextModel(Layer):
+class CLIPTextModel(TextTower):
     """transformers' ``CLIPTextModel``: embeddings, a causal pre-norm encoder (padding
     keys masked by ``attention_mask``), ``final_layer_norm``; ``pooler_output`` is the
     hidden state at the end-of-text token (``eos_token_id``'s rule, see
@@ -317,28 +299,12 @@ class CLIPTextModel(Layer):
         encoder = clip_encoder(config, causal=True)
         return cls(embeddings, encoder, LayerNorm(eps=config.layer_norm_eps), config)
 
-    @property
-    def takes_ids(self) -> bool:
-        return True
-
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> tuple[jax.Array, jax.Array]:
-        ids = check_ids("CLIPTextModel", self.config, input_ids, attention_mask)
-        h = self.call("embeddings", params, ids)
-        mask = padding_mask(attention_mask)
-        h = self.call("encoder", params, h, mask=mask, key=key, train=train)
-        h = self.call("final_layer_norm", params, h)
+    def pool(self, params: Params, ids: jax.Array, h: jax.Array) -> jax.Array:
+        """The hidden state at each row's end-of-text token."""
         eos = self.config.eos_token_id
         # transformers' rule: eos_token_id 2 is the pre-fix config, pooled at the largest id
         where = jnp.argmax(ids, -1) if eos == 2 else jnp.argmax(ids == eos, -1)
-        return h, h[jnp.arange(h.shape[0]), where]
+        return h[jnp.arange(h.shape[0]), where]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,12 +339,8 @@ class CLIPVisionEmbeddings(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        weight = params.get("patch_embedding", {}).get("weight")
-        if weight is not None:  # transformers casts the pixels to the weights' dtype
-            pixel_values = jnp.asarray(pixel_values).astype(weight.dtype)
-        x = self.call("patch_embedding", params, pixel_values)  # (batch, E, h, w)
-        b, e = x.shape[:2]
-        x = jnp.swapaxes(x.reshape(b, e, math.prod(x.shape[2:])), 1, 2)
+        x = patches(self, params, pixel_values)
+        b, e = x.shape[0], x.shape[2]
         cls = jnp.broadcast_to(params["class_embedding"].astype(x.dtype), (b, 1, e))
         x = jnp.concatenate([cls, x], axis=1)
         positions = jnp.arange(x.shape[1])[None, :]
@@ -432,14 +394,11 @@ class CLIPVisionModel(Layer):
         return h, self.call("post_layernorm", params, h[:, 0])
 
 
-def normalized(x: jax.Array) -> jax.Array:
-    """``x / ||x||`` along the last axis, as transformers writes it."""
-    return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
-
-
 class ImageTextModel(Layer):
-    """What ``CLIPModel`` and ``SiglipModel`` share: the inputs, and ``apply`` from
-    ``get_text_features``, ``get_image_features`` and ``logits``."""
+    """What ``CLIPModel`` and ``SiglipModel`` share: the inputs, ``init`` (the
+    subclass's ``own_params(key, dtype)``, then the children's), the features from the
+    towers' ``pooler_output`` (through the subclass's ``project``), and ``apply`` from
+    those and the subclass's ``logits``."""
 
     # transformers drops position_ids on load: older files hold it
     ignore_on_load: ClassVar[tuple[str, ...]] = (r"(^|\.)position_ids$",)
@@ -470,6 +429,42 @@ class ImageTextModel(Layer):
         image, text = normalized(image), normalized(text)
         per_text = self.logits(params, text, image)
         return per_text.T, per_text, text, image
+
+    @pair_init
+    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
+        """The params for ``shape = (input_ids.shape, pixel_values.shape)``."""
+        shape = two_shapes(type(self).__name__, shape)
+        own = self.own_params(key, dtype)
+        return {**own, **self.init_children(fold(key, 1), shape, dtype, own)}
+
+    def get_text_features(
+        self,
+        params: Params,
+        input_ids: Any,
+        *,
+        attention_mask: Any = None,
+        key: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        """The text embeddings, unnormalized: ``text_model``'s ``pooler_output``, through
+        ``text_projection`` where the model has one."""
+        pooled = self.call(
+            "text_model", params, input_ids, attention_mask=attention_mask, key=key, train=train
+        )[1]
+        return self.project("text_projection", params, pooled)
+
+    def get_image_features(
+        self, params: Params, pixel_values: Any, *, key: jax.Array | None = None, train=False
+    ) -> jax.Array:
+        """The image embeddings, unnormalized: ``vision_model``'s ``pooler_output``,
+        through ``visual_projection`` where the model has one."""
+        pooled = self.call("vision_model", params, pixel_values, key=key, train=train)[1]
+        return self.project("visual_projection", params, pooled)
+
+    def project(self, name: str, params: Params, pooled: jax.Array) -> jax.Array:
+        """A tower's ``pooler_output`` through the projection ``name``; as it is where
+        the model has none."""
+        return pooled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -550,36 +545,11 @@ class CLIPModel(ImageTextModel):
     def own_names(self) -> tuple[str, ...]:
         return ("logit_scale",)
 
-    @pair_init
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        """The params for ``shape = (input_ids.shape, pixel_values.shape)``."""
-        shape = two_shapes(type(self).__name__, shape)
-        own = {"logit_scale": constant(self.config.logit_scale_init_value)(key, (), dtype)}
-        return {**own, **self.init_children(fold(key, 1), shape, dtype, own)}
+    def own_params(self, key: jax.Array, dtype: Any) -> Params:
+        return {"logit_scale": constant(self.config.logit_scale_init_value)(key, (), dtype)}
 
-    def get_text_features(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        """``text_projection(text_model(input_ids).pooler_output)``: ``(batch,
-        projection_dim)``, unnormalized."""
-        pooled = self.call(
-            "text_model", params, input_ids, attention_mask=attention_mask, key=key, train=train
-        )[1]
-        return self.call("text_projection", params, pooled)
-
-    def get_image_features(
-        self, params: Params, pixel_values: Any, *, key: jax.Array | None = None, train=False
-    ) -> jax.Array:
-        """``visual_projection(vision_model(pixel_values).pooler_output)``: ``(batch,
-        projection_dim)``, unnormalized."""
-        pooled = self.call("vision_model", params, pixel_values, key=key, train=train)[1]
-        return self.call("visual_projection", params, pooled)
+    def project(self, name: str, params: Params, pooled: jax.Array) -> jax.Array:
+        return self.call(name, params, pooled)
 
     def logits(self, params: Params, text: jax.Array, image: jax.Array) -> jax.Array:
         """``logits_per_text`` from the normalized embeddings."""

@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from purelayers.layers import GELU, Dropout, Layer, LayerNorm, Params, Tanh
-from purelayers.layers._checks import as_array, as_shape
+from purelayers.layers import GELU, Layer, LayerNorm, Params, Tanh
+from purelayers.layers._checks import as_shape
 from purelayers.models._parts import fold, init_children
 from purelayers.models.bert import (
     BertConfig,
@@ -33,7 +33,7 @@ from purelayers.models.bert import (
     _dense,
     _std,
 )
-from purelayers.models.bert_heads import _Head
+from purelayers.models.bert_heads import _Head, _TiedDecoder, _TiedLM, classifier_dropout
 
 __all__ = [
     "RobertaConfig",
@@ -81,24 +81,9 @@ class RobertaEmbeddings(BertEmbeddings):
         )
         return parts
 
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        input_ids = as_array(input_ids)
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
-        positions = position_ids(input_ids, self.config.pad_token_id)
-        h = self.call("word_embeddings", params, input_ids)
-        h = h + self.call("token_type_embeddings", params, token_type_ids)
-        h = h + self.call("position_embeddings", params, positions)
-        h = self.call("LayerNorm", params, h)
-        return self.call("dropout", params, h, key=key, train=train)
+    def position_ids(self, input_ids: jax.Array) -> jax.Array:
+        """``position_ids(input_ids, pad_token_id)``."""
+        return position_ids(input_ids, self.config.pad_token_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,22 +110,7 @@ class RobertaModel(BertModel):
 class _RobertaHead(_Head):
     config_class: ClassVar[type[BertConfig]] = RobertaConfig
     base_model_prefix: ClassVar[str] = "roberta"
-
-    def _encode(self, params, input_ids, attention_mask, token_type_ids, key, train):
-        return self.call(
-            "roberta",
-            params,
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            key=fold(key, 0),
-            train=train,
-        )
-
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        ids = as_shape(shape)
-        h = (*ids, self.config.hidden_size)
-        return init_children(self, key, {"roberta": ids, "classifier": h, "lm_head": h}, dtype)
+    model_class: ClassVar[type[BertModel]] = RobertaModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,11 +127,10 @@ class RobertaClassificationHead(Built):
     def build(self) -> dict[str, Layer]:
         c = self.config
         std = _std(c.initializer_range)
-        p = c.hidden_dropout_prob if c.classifier_dropout is None else c.classifier_dropout
         return {
             "dense": _dense(c.hidden_size, std),
             "activation": Tanh(),
-            "dropout": Dropout(p),
+            "dropout": classifier_dropout(c),
             "out_proj": _dense(c.num_labels, std),
         }
 
@@ -199,26 +168,16 @@ class RobertaForSequenceClassification(_RobertaHead):
 
     def build(self) -> dict[str, Layer]:
         return {
-            "roberta": RobertaModel(self.config, add_pooling_layer=False),
+            "roberta": self._bert(),
             "classifier": RobertaClassificationHead(self.config),
         }
 
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        h = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
+    def _head(self, params: Params, h: Any, key: jax.Array | None, train: bool) -> jax.Array:
         return self.call("classifier", params, h, key=fold(key, 1), train=train)
 
 
 @dataclasses.dataclass(frozen=True)
-class RobertaLMHead(Built):
+class RobertaLMHead(_TiedDecoder):
     """transformers' ``RobertaLMHead``: ``decoder(layer_norm(gelu(dense(h))))``, the
     decoder's weight given (the word embeddings) and its bias this layer's ``bias``.
 
@@ -228,9 +187,6 @@ class RobertaLMHead(Built):
     """
 
     config: BertConfig
-
-    def own_names(self) -> tuple[str, ...]:
-        return ("bias",)
 
     def build(self) -> dict[str, Layer]:
         c = self.config
@@ -244,17 +200,17 @@ class RobertaLMHead(Built):
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = as_shape(shape)
-        bias = {"bias": jnp.zeros((self.config.vocab_size,), dtype)}
+        bias = {"bias": self._bias(dtype)}
         return {**bias, **init_children(self, key, {"dense": x, "layer_norm": x}, dtype)}
 
     def apply(self, params: Params, h: Any, *, weight: jax.Array) -> jax.Array:
         x = self.call("activation", params, self.call("dense", params, h))
         x = self.call("layer_norm", params, x)
-        return self.call("decoder", {"decoder": {"weight": weight, "bias": params["bias"]}}, x)
+        return self._decode(params, x, weight)
 
 
 @dataclasses.dataclass(frozen=True)
-class RobertaForMaskedLM(_RobertaHead):
+class RobertaForMaskedLM(_RobertaHead, _TiedLM):
     r"""``transformers.RobertaForMaskedLM``: ``logits = lm_head(last_hidden_state)``,
     the decoder the word embeddings (held once; a file's ``lm_head.decoder.weight`` and
     ``.bias`` load as aliases and are not written).
@@ -269,29 +225,10 @@ class RobertaForMaskedLM(_RobertaHead):
 
     config: BertConfig
 
+    lm_path: ClassVar[str] = "lm_head"
+
     def build(self) -> dict[str, Layer]:
         return {
-            "roberta": RobertaModel(self.config, add_pooling_layer=False),
+            "roberta": self._bert(),
             "lm_head": RobertaLMHead(self.config),
         }
-
-    def aliases(self) -> dict[str, str]:
-        return {
-            **super().aliases(),
-            "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-            "lm_head.decoder.bias": "lm_head.bias",
-        }
-
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        token_type_ids: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        h = self._encode(params, input_ids, attention_mask, token_type_ids, key, train)
-        weight = params["roberta"]["embeddings"]["word_embeddings"]["weight"]
-        return self.call("lm_head", params, h, weight=weight)

@@ -29,7 +29,6 @@ layer is held in a dataclass field, so ``lora.wrap`` reaches each ``Linear``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, ClassVar
 
 import jax
@@ -48,18 +47,16 @@ from purelayers.layers import (
     Repeat,
 )
 from purelayers.layers._checks import as_shape, check_int
-from purelayers.layers._two_inputs import pair_init, two_shapes
 from purelayers.models._parts import fold
+from purelayers.models._towers import check_pixels, patches
 from purelayers.models.clip import (
     CLIPAttention,
     CLIPEncoder,
     CLIPTextEmbeddings,
     ImageTextModel,
+    TextTower,
     _PreNorm,
-    check_ids,
-    check_pixels,
     mlp,
-    padding_mask,
 )
 from purelayers.models.clip_config import _TwoTowers, check_tower, check_vision
 from purelayers.models.config import Config
@@ -191,7 +188,7 @@ def siglip_encoder(config: Any) -> CLIPEncoder:
 
 
 @dataclasses.dataclass(frozen=True)
-class SiglipTextModel(Layer):
+class SiglipTextModel(TextTower):
     """transformers' ``SiglipTextModel``: embeddings, a bidirectional pre-norm encoder
     (padding keys masked by ``attention_mask``), ``final_layer_norm``;
     ``pooler_output = head(last_hidden_state[:, -1])``, the last position whatever it
@@ -219,25 +216,9 @@ class SiglipTextModel(Layer):
         ln = LayerNorm(eps=config.layer_norm_eps)
         return cls(embeddings, siglip_encoder(config), ln, head, config)
 
-    @property
-    def takes_ids(self) -> bool:
-        return True
-
-    def apply(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> tuple[jax.Array, jax.Array]:
-        ids = check_ids("SiglipTextModel", self.config, input_ids, attention_mask)
-        h = self.call("embeddings", params, ids)
-        mask = padding_mask(attention_mask)
-        h = self.call("encoder", params, h, mask=mask, key=key, train=train)
-        h = self.call("final_layer_norm", params, h)
-        return h, self.call("head", params, h[:, -1])
+    def pool(self, params: Params, ids: jax.Array, h: jax.Array) -> jax.Array:
+        """``head`` at the last position."""
+        return self.call("head", params, h[:, -1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,12 +236,7 @@ class SiglipVisionEmbeddings(Layer):
     def apply(
         self, params: Params, pixel_values: Any, *, key: jax.Array | None = None, train=False
     ) -> jax.Array:
-        weight = params.get("patch_embedding", {}).get("weight")
-        if weight is not None:  # transformers casts the pixels to the weights' dtype
-            pixel_values = jnp.asarray(pixel_values).astype(weight.dtype)
-        x = self.call("patch_embedding", params, pixel_values)  # (batch, E, h, w)
-        b, e = x.shape[:2]
-        x = jnp.swapaxes(x.reshape(b, e, math.prod(x.shape[2:])), 1, 2)
+        x = patches(self, params, pixel_values)
         positions = jnp.arange(x.shape[1])[None, :]
         return x + self.call("position_embedding", params, positions).astype(x.dtype)
 
@@ -401,34 +377,8 @@ class SiglipModel(ImageTextModel):
     def own_names(self) -> tuple[str, ...]:
         return ("logit_scale", "logit_bias")
 
-    @pair_init
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        """The params for ``shape = (input_ids.shape, pixel_values.shape)``."""
-        shape = two_shapes(type(self).__name__, shape)
-        own = {"logit_scale": jnp.zeros((1,), dtype), "logit_bias": jnp.zeros((1,), dtype)}
-        return {**own, **self.init_children(fold(key, 1), shape, dtype, own)}
-
-    def get_text_features(
-        self,
-        params: Params,
-        input_ids: Any,
-        *,
-        attention_mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        """``text_model(input_ids).pooler_output`` (the text ``head``'s output):
-        ``(batch, projection_size)``, unnormalized."""
-        return self.call(
-            "text_model", params, input_ids, attention_mask=attention_mask, key=key, train=train
-        )[1]
-
-    def get_image_features(
-        self, params: Params, pixel_values: Any, *, key: jax.Array | None = None, train=False
-    ) -> jax.Array:
-        """``vision_model(pixel_values).pooler_output`` (the attention-pooling head's
-        output): ``(batch, hidden_size)``, unnormalized."""
-        return self.call("vision_model", params, pixel_values, key=key, train=train)[1]
+    def own_params(self, key: jax.Array, dtype: Any) -> Params:
+        return {"logit_scale": jnp.zeros((1,), dtype), "logit_bias": jnp.zeros((1,), dtype)}
 
     def logits(self, params: Params, text: jax.Array, image: jax.Array) -> jax.Array:
         """``logits_per_text`` from the normalized embeddings."""
