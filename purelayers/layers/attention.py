@@ -60,6 +60,11 @@ class RotaryEmbedding(Layer):
     Shape:
       ``apply(params, x, positions)``: ``x`` ``(batch, seq, heads, head_dim)``,
       ``positions`` ``(seq,)`` or ``(batch, seq)``; output like ``x``.
+
+    Example:
+      >>> rope = RotaryEmbedding(10000.0)
+      >>> rope.apply({}, jnp.ones((1, 3, 2, 4)), jnp.arange(3)).shape
+      (1, 3, 2, 4)
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
@@ -147,6 +152,18 @@ class AttentionCore(Layer):
     with ``cache=``, the new keys and values are written at ``length`` (``lax.
     dynamic_update_slice``), the queries attend the cached prefix, and ``apply`` returns
     ``(y, new_cache)``; shapes never change, so a jitted decode step compiles once.
+
+    Shape:
+      ``q`` ``(batch, seq, H * head_dim)``, ``k`` and ``v`` ``(batch, kv_seq, K *
+      head_dim)``; output ``(batch, seq, H * head_dim)``.
+
+    Parameters: none.
+
+    Example:
+      >>> core = AttentionCore(4, num_kv_heads=2, causal=True)
+      >>> q, kv = jnp.ones((2, 5, 32)), jnp.ones((2, 5, 16))
+      >>> core.apply({}, q, kv, kv).shape
+      (2, 5, 32)
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)

@@ -265,6 +265,12 @@ class MultiHeadAttention(_Packed):
       ``in_proj_weight`` init). ``qkv.bias``: ``((H + 2K) * head_dim,)``, zeros.
       ``out.weight``: ``(E, E)``, ``U(-1/sqrt(E), 1/sqrt(E))``. ``out.bias``: ``(E,)``,
       zeros.
+
+    Example:
+      >>> mha = MultiHeadAttention(4, causal=True)
+      >>> params = mha.init(jax.random.key(0), (2, 5, 16))
+      >>> mha.apply(params, jnp.ones((2, 5, 16))).shape
+      (2, 5, 16)
     """
 
     num_heads: int

@@ -45,6 +45,17 @@ class Attention(_Projected):
 
     Parameters:
       the projections', under their field names, in the order q, k, v, o.
+
+    Args:
+      q_proj, k_proj, v_proj, o_proj: the projections (any layers; ``Attention.build``
+        makes ``Linear``\ s).
+      core: the ``AttentionCore`` between them (heads, masks, rotary positions, cache).
+
+    Example:
+      >>> attn = Attention.build(16, 4, causal=True)
+      >>> params = attn.init(jax.random.key(0), (2, 5, 16))
+      >>> list(params)
+      ['q_proj', 'k_proj', 'v_proj', 'o_proj']
     """
 
     q_proj: Layer

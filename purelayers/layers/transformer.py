@@ -93,6 +93,12 @@ class TransformerBlock(Layer):
     Parameters:
       the norms' (ones, zeros); ``attn.*`` as the attention layer's; ``fc.*`` and
       ``proj.*`` as ``Linear`` (torch's default init).
+
+    Example:
+      >>> block = TransformerBlock(4)
+      >>> params = block.init(jax.random.key(0), (2, 5, 16))
+      >>> block.apply(params, jnp.ones((2, 5, 16))).shape
+      (2, 5, 16)
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("floating",)
