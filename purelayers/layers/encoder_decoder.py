@@ -230,6 +230,16 @@ class TransformerDecoderLayer(_Block):
     ``memory_mask`` ``(T, S)``; the ``*_is_causal`` hints as in
     ``TransformerEncoderLayer``.
 
+    Args:
+      nhead: attention heads (both attentions).
+      dim_feedforward: the feed-forward width. Default ``2048``.
+      dropout: after each sublayer and inside the feed-forward block. Default ``0.1``.
+      activation: ``"relu"``, ``"gelu"``, a layer or a function. Default ``"relu"``.
+      layer_norm_eps: the norms' epsilon. Default ``1e-5``.
+      batch_first: inputs ``(N, T, E)`` instead of ``(T, N, E)``. Default ``False``.
+      norm_first: pre-norm residuals. Default ``False``.
+      bias: biases in the projections and norms. Default ``True``.
+
     Shape:
       ``tgt`` ``(T, N, E)`` (``(N, T, E)`` with ``batch_first``, or ``(T, E)``),
       ``memory`` ``(S, N, E)`` likewise; output like ``tgt``.

@@ -142,8 +142,15 @@ class TransformerDecoder(_Stack):
     memory_is_causal=False)``: passed to every layer (``tgt_is_causal=None`` is
     ``False``: torch's detection changes no result). ``init(key, tgt.shape)``.
 
-    Args, shape and parameters: as ``TransformerEncoder``'s, with ``decoder_layer`` (a
-    ``TransformerDecoderLayer``).
+    Args:
+      decoder_layer: the layer copied ``num_layers`` times (a ``TransformerDecoderLayer``).
+      num_layers: how many copies. ``norm``: a layer applied last, or ``None``.
+
+    Shape:
+      ``tgt`` and ``memory`` as ``decoder_layer`` takes them; output like ``tgt``.
+
+    Parameters:
+      ``layers.0.*``, ``layers.1.*``, ... (``decoder_layer``'s), then ``norm.*``.
 
     Example:
       >>> dec = TransformerDecoder(TransformerDecoderLayer(2, 16), 1)
