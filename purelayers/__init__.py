@@ -1,6 +1,17 @@
 """purelayers: functional neural-network layers on JAX whose checkpoints are PyTorch checkpoints."""
 
-from purelayers import debug, functional, init, layers, lora, params, precision, sharding, testing
+from purelayers import (
+    debug,
+    functional,
+    init,
+    layers,
+    lora,
+    models,
+    params,
+    precision,
+    sharding,
+    testing,
+)
 from purelayers.layers._capture import capture
 
 __version__ = "0.1.0"
@@ -13,6 +24,7 @@ __all__ = [
     "init",
     "layers",
     "lora",
+    "models",
     "params",
     "precision",
     "sharding",
