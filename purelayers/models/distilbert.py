@@ -39,7 +39,15 @@ from purelayers.layers import (
 from purelayers.layers._checks import as_array, as_shape, check_float, check_int
 from purelayers.models._heads import LabelsConfig
 from purelayers.models._parts import fold, init_children
-from purelayers.models.bert import _ACTIVATIONS, Built, _check_activation, _dense, _std
+from purelayers.models.bert import (
+    _ACTIVATIONS,
+    BertEncoder,
+    Built,
+    _check_activation,
+    _dense,
+    _std,
+    self_attention,
+)
 
 __all__ = [
     "DistilBertConfig",
@@ -128,10 +136,7 @@ class DistilBertSelfAttention(Layer):
         key: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
-        q = self.call("q_lin", params, x)
-        k = self.call("k_lin", params, x)
-        v = self.call("v_lin", params, x)
-        h = self.call("core", params, q, k, v, mask=mask, key=key, train=train)
+        h = self_attention(self, params, x, ("q_lin", "k_lin", "v_lin"), mask, key, train)
         return self.call("out_lin", params, h)
 
 
@@ -183,28 +188,15 @@ class _Block(Built):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Transformer(Built):
+class _Transformer(BertEncoder):
     """transformers' DistilBERT ``Transformer``: ``layer``, ``n_layers`` blocks as one
-    ``Repeat`` (names ``layer.0.*``, ...; params stacked)."""
+    ``Repeat`` (names ``layer.0.*``, ...; params stacked); ``BertEncoder``'s ``init`` and
+    ``apply``."""
 
     config: DistilBertConfig
 
     def build(self) -> dict[str, Layer]:
         return {"layer": Repeat(_Block(self.config), self.config.n_layers)}
-
-    def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
-        return init_children(self, key, {"layer": as_shape(shape)}, dtype)
-
-    def apply(
-        self,
-        params: Params,
-        x: Any,
-        *,
-        mask: Any = None,
-        key: jax.Array | None = None,
-        train: bool = False,
-    ) -> jax.Array:
-        return self.call("layer", params, x, mask=mask, key=key, train=train)
 
 
 @dataclasses.dataclass(frozen=True)
