@@ -206,3 +206,76 @@ def finish_text_run(out, model, params, metrics: dict, sample: str, text_chars: 
         f"vs unigram baseline {metrics['unigram_loss']:.3f}"
     )
     print("sample:\n" + sample)
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts that must be at least 1 (``--steps 0`` is refused with a
+    message naming the value, not a crash later)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def gallery_parser(name: str, doc: str, steps: int):
+    """The gallery scripts' shared flags: ``--steps N``, ``--out DIR`` (default
+    ``runs/NAME``) and ``--seed S``. Each script adds its own size flags."""
+    import argparse
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(
+        prog=f"{name}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--steps", type=positive_int, default=steps, help=f"training steps (default {steps})"
+    )
+    p.add_argument("--out", type=Path, default=Path("runs") / name, help="output folder")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    return p
+
+
+def write_metrics(out, metrics: dict) -> dict:
+    """Write ``out/metrics.json`` (the run's named figures) and return ``metrics``."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=float))
+    return metrics
+
+
+def figure(*args, **kwargs):
+    """A matplotlib figure on the Agg backend (no screen needed): ``plt.subplots``'s
+    arguments, returns ``(fig, axes)``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def save_figure(fig, path) -> None:
+    """Save a figure as a small PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def image_grid(images: np.ndarray, rows: int, path, title: str | None = None) -> None:
+    """Save ``(N, H, W)`` grey images in [0, 1] as a ``rows`` x ``N // rows`` grid PNG."""
+    n, h, w = images.shape
+    cols = n // rows
+    grid = images[: rows * cols].reshape(rows, cols, h, w).transpose(0, 2, 1, 3)
+    fig, ax = figure(figsize=(cols * 0.6 + 0.4, rows * 0.6 + 0.4))
+    ax.imshow(grid.reshape(rows * h, cols * w), cmap="gray_r", vmin=0.0, vmax=1.0)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=9)
+    save_figure(fig, path)
