@@ -122,8 +122,8 @@ def checked(
       ids: fail on out-of-bounds indexing and gathers (``checkify.index_checks``): an
         ``Embedding`` id outside ``[0, num_embeddings)``. Default ``True``.
       jit: compile the checked function with ``jax.jit``. Default ``True``.
-      static_argnums, static_argnames: passed to ``jax.jit`` (e.g. a layer passed as an
-        argument).
+      static_argnums: passed to ``jax.jit`` (e.g. a layer passed as an argument).
+      static_argnames: passed to ``jax.jit``, as ``static_argnums``.
 
     ``assert_finite`` calls inside ``fn`` are always checked. When several checks fail in
     one call, one of them is reported (``checkify`` may report an ``assert_finite``

@@ -305,7 +305,8 @@ def assert_matches_torch(
         ``module(*tensors)``.
       train: run both sides in training mode (``module.train()``, ``layer.apply(...,
         train=True)``; batch statistics, no dropout unless given a key).
-      rtol / atol: the tolerance, ``|ours - torch| <= atol + rtol * |torch|``.
+      rtol: the relative tolerance: ``|ours - torch| <= atol + rtol * |torch|``.
+      atol: the absolute tolerance.
       grads: also compare derivatives. Default ``True``.
       forward_mode: also check forward mode against reverse mode. Default ``True``;
         ``False`` for a layer with a custom VJP.

@@ -1,5 +1,5 @@
 """Driving torch's own module samples (``torch.testing._internal.common_modules.module_db``)
-through the README's class table: the torch class each entry names -> our class, its
+through the class table of docs/layers/torch-nn.md: the torch class each entry names -> our class, its
 constructor arguments -> ours, its forward inputs -> our ``apply``, and one jitted
 program per sample that compares outputs, gradients and the buffers after a
 training-mode step with torch's, in float64. ``tests/test_module_db.py`` runs it."""
@@ -23,7 +23,7 @@ import purelayers as pl
 from purelayers import layers as L
 from purelayers.testing import _worst
 
-# torch's name -> ours, where ours differs (README: one concept keeps one class)
+# torch's name -> ours, where ours differs (docs/layers/torch-nn.md: one concept keeps one class)
 RENAMED = {"MultiheadAttention": "InProjAttention"}
 
 # Constructor arguments that are input widths: ``init`` reads them from the shape.

@@ -1,6 +1,6 @@
 """The catalog against ``torch.nn``: every layer class torch 2.13 has is here, under its
 name (or the one ``RENAMED`` gives), except the few ``LEFT_OUT`` with the reason; the
-README's "torch.nn, class by class" table lists every one of them."""
+class table of the documentation (docs/layers/torch-nn.md) lists every one of them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import purelayers as pl
 from purelayers import layers as L
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+TABLE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "layers" / "torch-nn.md"
 
 _LAZY = "every purelayers layer reads its input widths from init's shape"
 _LISTS = "a layer's tuple or dict fields, and the params tree itself, hold children and arrays"
@@ -77,10 +77,9 @@ def test_no_two_classes_differ_only_in_case():
     assert not [k for k, v in classes.items() if len(v) > 1]
 
 
-def test_readme_table_lists_every_torch_class(torch):
-    text = README.read_text()
-    section = text[text.index("### torch.nn, class by class") :]
-    section = section[: section.index("\n#", 1)]
+def test_docs_table_lists_every_torch_class(torch):
+    text = TABLE.read_text()
+    section = text[text.index("# torch.nn, class by class") :]
     rows = dict(re.findall(r"^\| `nn\.(\w+)` \| ([^|]+) \|", section, re.M))
     names = torch_layer_classes(torch)
     assert sorted(rows) == names

@@ -46,7 +46,8 @@ def conv(
       x: ``(N, C, *L)``; computes in its floating dtype (``weight``'s for integers).
       weight: ``(O, C / groups, *k)``.
       bias: ``(O,)`` or ``None``.
-      stride, dilation: one int per spatial axis.
+      stride: one int per spatial axis.
+      dilation: one int per spatial axis.
       padding: ``(low, high)`` per spatial axis; negative values crop.
       groups: independent channel groups.
       lhs_dilation: the input's dilation (a transposed convolution's stride), or ``None``.

@@ -174,7 +174,8 @@ def moe_experts(
         inter, hidden)`` with ``in_out``).
       act: ``act(*hs)`` maps the input projections' outputs to the ``inter`` features
         (``lambda g, u: silu(g) * u``; ``clamped_swiglu`` on one fused projection).
-      b_in, b_out: optional biases ``(num_experts, out)`` and ``(num_experts, hidden)``.
+      b_in: optional biases of the input projections, each ``(num_experts, out)``.
+      b_out: optional bias of the output projection, ``(num_experts, hidden)``.
       in_out: weights stored ``(in, out)`` per expert (gpt-oss) rather than torch's
         ``(out, in)``.
       tile: rows per tile; default from the sizes (see ``_tile``).

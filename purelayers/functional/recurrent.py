@@ -86,7 +86,8 @@ def recurrent_layer(
         LSTM's projection).
       lengths: ``(B,)`` int32 or ``None``: past a sequence's length its state is held
         and its output is zero; the reverse direction starts at its last valid step.
-      layer_index, directions: the suffix's layer and ``D`` (1 or 2).
+      layer_index: the layer of the names' suffix (``_l0``, ...).
+      directions: ``D``, 1 or 2.
       unroll: time steps per ``lax.scan`` iteration.
       reference: the plain scan with JAX's own derivative (``recurrent_layer_reference``).
       proj: the LSTM has ``weight_hr`` (torch's ``proj_size``).

@@ -207,12 +207,19 @@ class Transformer(Layer):
 
     Args:
       nhead: attention heads. Default ``8``.
-      num_encoder_layers / num_decoder_layers: Default ``6`` each.
-      dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
-      bias: as ``TransformerEncoderLayer``'s (defaults ``2048``, ``0.1``, ``"relu"``,
-      ``1e-5``, ``False``, ``False``, ``True``).
-      custom_encoder / custom_decoder: layers used instead (called as the stacks are).
+      num_encoder_layers: encoder layers. Default ``6``.
+      num_decoder_layers: decoder layers. Default ``6``.
+      dim_feedforward: as ``TransformerEncoderLayer``'s. Default ``2048``.
+      dropout: as ``TransformerEncoderLayer``'s. Default ``0.1``.
+      activation: as ``TransformerEncoderLayer``'s. Default ``"relu"``.
+      custom_encoder: a layer used instead of the encoder stack (called as it is).
         Default ``None``.
+      custom_decoder: a layer used instead of the decoder stack (called as it is).
+        Default ``None``.
+      layer_norm_eps: as ``TransformerEncoderLayer``'s. Default ``1e-5``.
+      batch_first: as ``TransformerEncoderLayer``'s. Default ``False``.
+      norm_first: as ``TransformerEncoderLayer``'s. Default ``False``.
+      bias: as ``TransformerEncoderLayer``'s. Default ``True``.
 
     ``init(key, src.shape)`` or ``init(key, (src.shape, tgt.shape))`` (widths must
     agree). ``apply(params, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,

@@ -111,7 +111,8 @@ class MixtureOfExperts(Layer):
       style: ``"mixtral"``, ``"qwen3_moe"`` or ``"gpt_oss"``. Default ``"mixtral"``.
       norm_topk_prob: renormalize the chosen weights (``"qwen3_moe"`` only; Mixtral
         always does, gpt-oss's softmax needs none). Default ``True``.
-      alpha, limit: the clamped SwiGLU's constants (``"gpt_oss"``). Defaults 1.702, 7.0.
+      alpha: the clamped SwiGLU's slope (``"gpt_oss"``). Default 1.702.
+      limit: the clamped SwiGLU's clamp (``"gpt_oss"``). Default 7.0.
       weight_init: the experts' and router's weights. Default ``normal(std=0.02)``.
 
     Shape:

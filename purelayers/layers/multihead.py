@@ -247,7 +247,8 @@ class MultiHeadAttention(_Packed):
         ``RotaryEmbedding(rope_theta)``), a ``RotaryEmbedding``, or ``False``;
         self-attention only. Default ``False``.
       rope_theta: RoPE frequency base with ``rope=True``. Default ``10000.0``.
-      weight_init / bias_init: override ``qkv.weight`` / both biases' initializers.
+      weight_init: overrides ``qkv.weight``'s initializer.
+      bias_init: overrides both biases' initializers.
 
     Masks, positions and decoding: as ``AttentionCore`` (``mask=``, ``positions=``,
     ``cache=``); ``init_cache((batch, max_len, E))``. Boolean masks are ``True`` where a
@@ -336,15 +337,21 @@ class InProjAttention(_Packed):
         values as one more key visible to every query. Default ``False``.
       add_zero_attn: append a key and a value of zeros (after ``bias_k``). Default
         ``False``.
-      kdim / vdim: the key and value inputs' widths. Default ``None``: ``E``. Where either
+      kdim: the key input's width. Default ``None``: ``E``. Where ``kdim`` or ``vdim``
         differs from ``E`` the projections are separate (``q_proj_weight`` ``(E, E)``,
         ``k_proj_weight`` ``(E, kdim)``, ``v_proj_weight`` ``(E, vdim)``), as in torch;
-        ``init`` still takes the query's shape. Keys come from ``context=``, values from
+        ``init`` still takes the query's shape. Keys come from ``context=``.
+      vdim: the value input's width. Default ``None``: ``E``. Values come from
         ``value=`` (default: ``context``).
       batch_first: inputs and output are ``(N, L, E)`` instead of torch's default
         ``(L, N, E)``. Default ``False``.
-      num_kv_heads, causal, rope, rope_theta, weight_init, bias_init (keyword-only):
-        ``MultiHeadAttention``'s (grouped-query heads give ``(H + 2K) * head_dim`` rows).
+      num_kv_heads: keyword-only, as ``MultiHeadAttention``'s (grouped-query heads give
+        ``(H + 2K) * head_dim`` rows).
+      causal: keyword-only, as ``MultiHeadAttention``'s.
+      rope: keyword-only, as ``MultiHeadAttention``'s.
+      rope_theta: keyword-only, as ``MultiHeadAttention``'s.
+      weight_init: keyword-only, as ``MultiHeadAttention``'s.
+      bias_init: keyword-only, as ``MultiHeadAttention``'s.
 
     ``apply(params, x, *, mask=None, key_padding_mask=None, key=None, train=False,
     cache=None, context=None, value=None, positions=None, need_weights=False,

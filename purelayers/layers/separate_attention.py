@@ -47,8 +47,10 @@ class Attention(_Projected):
       the projections', under their field names, in the order q, k, v, o.
 
     Args:
-      q_proj, k_proj, v_proj, o_proj: the projections (any layers; ``Attention.build``
-        makes ``Linear``\ s).
+      q_proj: the query projection (any layer; ``Attention.build`` makes ``Linear``\ s).
+      k_proj: the key projection.
+      v_proj: the value projection.
+      o_proj: the output projection.
       core: the ``AttentionCore`` between them (heads, masks, rotary positions, cache).
 
     Example:
