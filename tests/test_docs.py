@@ -132,3 +132,22 @@ def test_the_strict_build_names_broken_links_and_references(tmp_path):
     assert "'other.md' does not contain an anchor '#no-such-heading'" in log
     assert "other.md: Could not find cross-reference target 'purelayers.layers.NoSuchLayer'" in log
     assert "Aborted with 3 warnings in strict mode" in log
+
+
+def test_the_home_page_is_the_readme():
+    # docs/index.md is README.md with its links made relative to docs/ (the README's
+    # links work on the repository's page, the home page's on the site)
+    readme = (ROOT / "README.md").read_text()
+    home = (DOCS / "index.md").read_text()
+    expected = readme.replace("](docs/", "](")
+    expected = expected.replace(
+        "The site under [`docs/`](index.md) (built by the docs command above):",
+        "This site (built by the docs command above):",
+    )
+    expected = expected.replace(
+        "\n[Changes](CHANGELOG.md) · License: [Apache 2.0](LICENSE)\n",
+        "\nThe project's changes are in `CHANGELOG.md` and its license (Apache 2.0) in"
+        " `LICENSE`, at\nthe root of the repository.\n",
+    )
+    expected = expected.replace("; docs/guides/pretrained.md runs", "; guides/pretrained.md runs")
+    assert home == expected, "docs/index.md differs from README.md: make them the same"
