@@ -77,7 +77,10 @@ def test_every_public_name_has_a_reference_entry():
                 ok = any(resolve(p) is obj for p in entries.get(name, []))
             if not ok:
                 missing.append(f"docs/api/{page}: ::: {module}.{name}")
-    assert not missing, "public names without a reference entry; add:\n" + "\n".join(missing)
+    assert not missing, (
+        "public names without a reference entry: run `python docs/gen_api.py`, or add\n"
+        + "\n".join(missing)
+    )
 
 
 def test_every_reference_entry_is_a_public_name():
