@@ -291,12 +291,17 @@ def from_pretrained(
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
     except ValueError as e:
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: {e}") from None
+    tensors = _io.scan(folder)[0]
+    # a model whose layout the file decides, as transformers' loading does (T5's head:
+    # tied or not by whether the file holds a distinct lm_head.weight)
+    fit = getattr(model, "fit_checkpoint", None)
+    if fit is not None:
+        model = fit(tensors)
     # where it came from (transformers' name_or_path), on the model and its config
     # (frozen; not fields: neither compared nor saved)
     object.__setattr__(model, "name_or_path", os.fspath(path_or_id))
     object.__setattr__(model.config, "name_or_path", os.fspath(path_or_id))
     real = _params.abstract(model, model.example_shape())
-    tensors = _io.scan(folder)[0]
     # a model whose files store some arrays in another form (gpt-oss's MXFP4 experts)
     # maps them to tensors read like the file's, converted one at a time when loaded
     unpack = getattr(model, "checkpoint_tensors", None)
