@@ -70,6 +70,11 @@ class T5Config(Config):
     (else ``lm_head.weight`` of its own). ``scale_decoder_outputs``: the decoder's
     output is multiplied by ``d_model ** -0.5`` before the head; default ``None``: as
     ``tie_word_embeddings``, the rule transformers applies to configs without it.
+    transformers 5 writes ``tie_word_embeddings: true`` for every T5 (it ties every
+    head at construction and unties one its file holds) beside
+    ``scale_decoder_outputs``; ``from_pretrained`` takes the head the file holds the
+    same way (``T5ForConditionalGeneration.fit_checkpoint``), so a v1.1 folder loads
+    untied whichever way its config says.
     ``decoder_start_token_id``: the first decoder id ``generate`` feeds (published T5
     checkpoints set 0, the pad id; transformers' default is unset).
     """
