@@ -127,6 +127,24 @@ def test_folders_both_ways(torch, transformers, hfs, tmp_path):
     np.testing.assert_allclose(_theirs(torch, loaded.eval()), want, **TOL)
 
 
+def test_a_head_the_library_lacks_loads_the_base_model_naming_what_it_left_out(
+    transformers, tmp_path
+):
+    """A ``ModernBertForMaskedLM`` folder: ``ModernBertModel``, the encoder's arrays
+    as the file's, and a ``CheckpointWarning`` naming the head's arrays left out."""
+    config = transformers.ModernBertConfig(**TINY)
+    transformers.ModernBertForMaskedLM(config).save_pretrained(tmp_path)
+    with pytest.warns(pl.params.CheckpointWarning, match=r"ModernBertForMaskedLM is not in"):
+        model, params = M.from_pretrained(tmp_path)
+    assert type(model) is M.ModernBertModel
+    written = load_file(tmp_path / "model.safetensors")
+    flat = pl.params.flatten(params)
+    np.testing.assert_array_equal(
+        flat["layers.1.attn.Wqkv.weight"], written["model.layers.1.attn.Wqkv.weight"]
+    )
+    assert {"model." + n for n in flat} == {n for n in written if n.startswith("model.")}
+
+
 def test_lora_on_wqkv_wo_wi_loads_in_peft(torch, peft, hfs, tmp_path):
     """An adapter on every attention and MLP Linear (``Wqkv``, both ``Wo``\\ s, ``Wi``),
     saved by us with the classifier as PEFT's ``modules_to_save``, gives our logits in
