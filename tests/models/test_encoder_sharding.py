@@ -147,3 +147,34 @@ def test_rules_place_encoder_params_and_capture_layers(torch, transformers, fami
         assert list(seen) == [layer]
         np.testing.assert_allclose(np.asarray(seen[layer]), hidden, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5)
+
+
+def test_rules_split_modernbert_and_distilbert_projections():
+    """The fused and the plain names of the other encoders, on abstract params (no
+    compile): every weight of an attention or MLP projection split, the rest whole."""
+    modern = M.ModernBertForSequenceClassification(M.ModernBertConfig(
+        vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+        num_attention_heads=2, pad_token_id=0, attention_bias=True,
+    ))  # fmt: skip
+    distil = M.DistilBertForSequenceClassification(
+        M.DistilBertConfig(vocab_size=50, dim=16, hidden_dim=24, n_layers=2, n_heads=2)
+    )
+    want = {  # column-parallel modules, row-parallel ones, Linears per layer
+        modern: ({"Wqkv", "Wi"}, {"Wo"}, 4),
+        distil: ({"q_lin", "k_lin", "v_lin", "lin1"}, {"out_lin", "lin2"}, 6),
+    }
+    for model, (column, row, per_layer) in want.items():
+        params = pl.params.abstract(model, (1, 1))
+        flat = pl.params.flatten(params)
+        found = pl.params.flatten(S.partition_specs(params, RULES, MESH))
+        for name, spec in found.items():
+            module, leaf = name.split(".")[-2:]
+            got = _unstacked(spec, len(flat[name].shape))
+            if module in column:
+                assert got == (tuple(COLUMN) if leaf == "weight" else ("model",)), name
+            elif module in row and leaf == "weight":
+                assert got == tuple(ROW), name
+            else:  # embeddings, norms, the row-parallel biases, the classifier
+                assert got == (), name
+        projections = [n for n in found if n.split(".")[-2] in column | row]
+        assert sum(n.endswith(".weight") for n in projections) == 2 * per_layer
