@@ -3,7 +3,7 @@ local ones whose window of 4 is shorter than the 9-token batch), every parameter
 randomized, norms and biases included, on a batch padded on the right (row 0) and on
 the left (row 1). Names equal transformers' ``state_dict`` keys in order; logits and
 every parameter's gradient; folders both ways (``from_pretrained`` picking the class
-from ``architectures``); a LoRA adapter on ``Wqkv``, ``Wo`` and ``Wi`` loading in PEFT;
+from ``architectures``), a layer's output by ``capture``; a LoRA adapter on ``Wqkv``, ``Wo`` and ``Wi`` loading in PEFT;
 old-style config keys; the refusals."""
 
 from __future__ import annotations
@@ -114,7 +114,13 @@ def test_folders_both_ways(torch, transformers, hfs, tmp_path):
     assert set(pl.params.flatten(params)) == set(written)
     want = _theirs(torch, hf)
     np.testing.assert_allclose(_ours(model, params), want, **TOL)
-    np.testing.assert_allclose(_ours(base, base_params), _theirs(torch, hf.model), **TOL)
+    # the base model with layer 1's output captured: transformers' hidden_states[2]
+    probe = pl.capture(lambda p, ids, mask: base.apply(p, ids, attention_mask=mask), "layers.1")
+    last, seen = jax.jit(probe)(base_params, *_batch())
+    with torch.no_grad():
+        out = hf.model(*(torch.from_numpy(a) for a in _batch()), output_hidden_states=True)
+    np.testing.assert_allclose(np.asarray(last), out.last_hidden_state.numpy(), **TOL)
+    np.testing.assert_allclose(np.asarray(seen["layers.1"]), out.hidden_states[2].numpy(), **TOL)
 
     M.save_pretrained(tmp_path / "ours", model, params)
     loaded, info = transformers.AutoModelForSequenceClassification.from_pretrained(
