@@ -3,8 +3,8 @@ local ones whose window of 4 is shorter than the 9-token batch), every parameter
 randomized, norms and biases included, on a batch padded on the right (row 0) and on
 the left (row 1). Names equal transformers' ``state_dict`` keys in order; logits and
 every parameter's gradient; folders both ways (``from_pretrained`` picking the class
-from ``architectures``), a layer's output by ``capture``; a LoRA adapter on ``Wqkv``, ``Wo`` and ``Wi`` loading in PEFT;
-old-style config keys; the refusals."""
+from ``architectures``) and a layer's output by ``capture``; a LoRA adapter on
+``Wqkv``, ``Wo`` and ``Wi`` loading in PEFT; old-style config keys; the refusals."""
 
 from __future__ import annotations
 
