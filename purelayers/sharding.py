@@ -100,6 +100,7 @@ __all__ = [
     "save",
     "sharded_init_fn",
     "transformer_block",
+    "transformers_layers",
     "ungroup_qkv",
     "ungroup_rows",
 ]
@@ -442,6 +443,51 @@ def transformer_block(pattern: str, axis: str = "model") -> list[Rule]:
         *linear_pair(_at(pattern, "fc"), _at(pattern, "proj"), axis),
         (_at(pattern, "ln*"), P()),
     ]
+
+
+# transformers' projection names, each family's (Llama's, BERT's, DistilBERT's, T5's,
+# CLIP's, ModernBERT's): the first Linear of an attention or an MLP (outputs split) and
+# the last (inputs split)
+_COLUMN_NAMES = (
+    "q_proj", "k_proj", "v_proj", "qkv_proj", "gate_proj", "up_proj", "gate_up_proj",
+    "query", "key", "value", "intermediate.dense", "q_lin", "k_lin", "v_lin", "lin1",
+    "q", "k", "v", "wi", "wi_0", "wi_1", "fc1", "Wqkv", "Wi",
+)  # fmt: skip
+_ROW_NAMES = (
+    "o_proj", "down_proj", "output.dense", "out_lin", "lin2", "o", "wo", "out_proj", "fc2",
+    "Wo",
+)  # fmt: skip
+
+
+def transformers_layers(axis: str = "model") -> list[Rule]:
+    """Megatron tensor parallelism by transformers' projection names, for the models of
+    ``purelayers.models``: each attention's query/key/value projections and each MLP's
+    first ``Linear`` column-parallel (rows split over ``axis``), the attention's
+    output and the MLP's second ``Linear`` row-parallel (columns split). Names, by
+    family: ``q_proj``/``k_proj``/``v_proj``/``o_proj`` and ``gate_proj``/``up_proj``/
+    ``down_proj`` (Llama and the decoders; CLIP and SigLIP with ``out_proj``, ``fc1``,
+    ``fc2``), ``query``/``key``/``value``, ``intermediate.dense`` and ``output.dense``
+    (BERT, RoBERTa, ViT), ``q_lin``/.../``out_lin``, ``lin1``, ``lin2`` (DistilBERT),
+    ``q``/``k``/``v``/``o``, ``wi`` (or ``wi_0``, ``wi_1``) and ``wo`` (T5),
+    ``Wqkv``, ``Wi`` and ``Wo`` (ModernBERT). Every other array (embeddings, norms,
+    heads, poolers) is left to the rules after these: end with ``("*", P())`` to
+    replicate it.
+
+    ``num_heads`` (and the MLP width) should divide by the ``axis`` size. The fused
+    projections (``Wqkv``, ``qkv_proj``, ``gate_up_proj``, ``Wi``) pack their rows as the
+    module docstring describes: correct, but not aligned to heads without ``group_rows``.
+
+    Example:
+      >>> rules = [*transformers_layers("model"), ("*", P())]
+      >>> rules[0], rules[-2]
+      (('*.q_proj.weight', P('model', None)), ('*.Wo.bias', P()))
+    """
+    rules: list[Rule] = []
+    for name in _COLUMN_NAMES:
+        rules += column_parallel(f"*.{name}", axis)
+    for name in _ROW_NAMES:
+        rules += row_parallel(f"*.{name}", axis)
+    return rules
 
 
 # -- packed rows in group order --------------------------------------------------------

@@ -87,6 +87,7 @@ TESTED_ELSEWHERE = {
     "models/vit_heads.py": (1, "tests/models/test_cls_heads.py"),
     "models/seq_cls.py": (2, "tests/models/test_cls_heads.py"),
     "models/distilbert.py": (10, "tests/models/test_cls_heads.py"),
+    "models/modernbert.py": (16, "tests/models/test_modernbert.py"),
     "models/clip.py": (1, "tests/models/test_clip.py"),
     "models/_towers.py": (5, "tests/models/test_clip.py"),
     "models/clip_config.py": (13, "tests/models/test_clip.py"),

@@ -43,6 +43,11 @@ from purelayers.models.llama import (
     Qwen2ForCausalLM,
 )
 from purelayers.models.mixtral import MixtralConfig, MixtralForCausalLM
+from purelayers.models.modernbert import (
+    ModernBertConfig,
+    ModernBertForSequenceClassification,
+    ModernBertModel,
+)
 from purelayers.models.olmo2 import Olmo2Config, Olmo2ForCausalLM
 from purelayers.models.phi3 import Phi3Config, Phi3ForCausalLM
 from purelayers.models.qwen3 import Qwen3Config, Qwen3ForCausalLM
@@ -99,6 +104,9 @@ __all__ = [
     "MistralForCausalLM",
     "MixtralConfig",
     "MixtralForCausalLM",
+    "ModernBertConfig",
+    "ModernBertForSequenceClassification",
+    "ModernBertModel",
     "Olmo2Config",
     "Olmo2ForCausalLM",
     "Phi3Config",

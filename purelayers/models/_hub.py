@@ -49,6 +49,7 @@ def _model_types() -> dict[str, type]:
         gpt_oss,
         llama,
         mixtral,
+        modernbert,
         olmo2,
         phi3,
         qwen3,
@@ -79,19 +80,21 @@ def _model_types() -> dict[str, type]:
         "gpt_oss": gpt_oss.GptOssForCausalLM,
         "t5": t5.T5ForConditionalGeneration,
         "distilbert": distilbert.DistilBertModel,
+        "modernbert": modernbert.ModernBertModel,
     }
 
 
 def _architectures() -> dict[str, type]:
     """The task-head classes ``from_pretrained`` picks by ``config["architectures"][0]``
     (the base classes of ``_model_types()`` are found by name too)."""
-    from purelayers.models import bert_heads, distilbert, roberta, seq_cls, vit_heads
+    from purelayers.models import bert_heads, distilbert, modernbert, roberta, seq_cls, vit_heads
 
     heads = [
         vit_heads.ViTForImageClassification,
         seq_cls.LlamaForSequenceClassification,
         seq_cls.Qwen2ForSequenceClassification,
         distilbert.DistilBertForSequenceClassification,
+        modernbert.ModernBertForSequenceClassification,
         roberta.RobertaForSequenceClassification,
         roberta.RobertaForMaskedLM,
         bert_heads.BertForSequenceClassification,
@@ -105,7 +108,7 @@ def _architectures() -> dict[str, type]:
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
     "phi3", "mixtral", "qwen3_moe", "gpt_oss", "roberta", "clip", "siglip", "t5",
-    "distilbert",
+    "distilbert", "modernbert",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")
@@ -288,12 +291,17 @@ def from_pretrained(
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: missing {e}") from None
     except ValueError as e:
         raise ValueError(f"from_pretrained: {folder / 'config.json'}: {e}") from None
+    tensors = _io.scan(folder)[0]
+    # a model whose layout the file decides, as transformers' loading does (T5's head:
+    # tied or not by whether the file holds a distinct lm_head.weight)
+    fit = getattr(model, "fit_checkpoint", None)
+    if fit is not None:
+        model = fit(tensors)
     # where it came from (transformers' name_or_path), on the model and its config
     # (frozen; not fields: neither compared nor saved)
     object.__setattr__(model, "name_or_path", os.fspath(path_or_id))
     object.__setattr__(model.config, "name_or_path", os.fspath(path_or_id))
     real = _params.abstract(model, model.example_shape())
-    tensors = _io.scan(folder)[0]
     # a model whose files store some arrays in another form (gpt-oss's MXFP4 experts)
     # maps them to tensors read like the file's, converted one at a time when loaded
     unpack = getattr(model, "checkpoint_tensors", None)

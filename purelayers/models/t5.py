@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from purelayers import init as _init
 from purelayers.layers import AttentionCore, Embedding, Layer, LayerError, RMSNorm
@@ -69,6 +70,11 @@ class T5Config(Config):
     (else ``lm_head.weight`` of its own). ``scale_decoder_outputs``: the decoder's
     output is multiplied by ``d_model ** -0.5`` before the head; default ``None``: as
     ``tie_word_embeddings``, the rule transformers applies to configs without it.
+    transformers 5 writes ``tie_word_embeddings: true`` for every T5 (it ties every
+    head at construction and unties one its file holds) beside
+    ``scale_decoder_outputs``; ``from_pretrained`` takes the head the file holds the
+    same way (``T5ForConditionalGeneration.fit_checkpoint``), so a v1.1 folder loads
+    untied whichever way its config says.
     ``decoder_start_token_id``: the first decoder id ``generate`` feeds (published T5
     checkpoints set 0, the pad id; transformers' default is unset).
     """
@@ -286,6 +292,33 @@ class T5ForConditionalGeneration(Layer):
     def example_shape(self) -> tuple[int, ...]:
         """The input shape ``from_pretrained`` builds its params template for."""
         return (1, 1)
+
+    def fit_checkpoint(self, tensors: Mapping[str, Any]) -> T5ForConditionalGeneration:
+        """The model for a file's ``tensors`` (name to a tensor with ``read()``), as
+        transformers 5 loads T5: a tied config whose file holds an ``lm_head.weight``
+        that differs from ``shared.weight`` gets that head, untied (transformers 5 ties
+        every T5 head and unties one the file holds); an untied config whose file holds
+        no ``lm_head.weight`` gets the tied head. ``scale_decoder_outputs`` is kept
+        either way. Otherwise the model itself."""
+        c = self.config
+        head = tensors.get("lm_head.weight")
+        if c.tie_word_embeddings and head is not None:
+            names = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+            shared = next((tensors[n] for n in names if n in tensors), None)
+            same = (
+                shared is not None
+                and tuple(shared.shape) == tuple(head.shape)
+                and np.array_equal(np.asarray(shared.read()), np.asarray(head.read()))
+            )
+            tie = same
+        else:
+            tie = c.tie_word_embeddings or head is None
+        if tie == c.tie_word_embeddings:
+            return self
+        config = dataclasses.replace(
+            c, tie_word_embeddings=tie, scale_decoder_outputs=c.scale_decoder_outputs
+        )
+        return type(self)(config, generation_config=self.generation_config)
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> dict[str, Any]:
         ids = as_shape(shape)

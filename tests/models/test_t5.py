@@ -6,7 +6,9 @@ Hugging Face folders both ways, LoRA on ``q``/``v``, the config and the errors."
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 import warnings
 
@@ -240,6 +242,61 @@ def test_save_pretrained_loads_in_transformers_and_back(torch, transformers, pai
     assert isinstance(again, T5ForConditionalGeneration)
     assert again.config.scale_decoder_outputs == model.config.scale_decoder_outputs
     np.testing.assert_allclose(_logits(again, again_params, *batch), want, rtol=1e-4, atol=1e-4)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _static_logits(model, params, ids, mask, dec, dec_mask):
+    return model.apply(
+        params, ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask
+    )
+
+
+def test_every_folder_transformers_5_writes_loads_with_its_logits(torch, transformers, tmp_path):
+    """transformers 5 ties every T5 head at construction, writes ``tie_word_embeddings:
+    true`` with ``scale_decoder_outputs`` (false for a v1.1 model), and unties a head
+    its file holds. So: a v1.1 model whose head was untied writes a tied config with a
+    distinct ``lm_head.weight`` (loaded untied, its config saying so when saved back); a
+    v1.1 model built in transformers 5 writes no head at all (tied, unscaled); a
+    transformers 4 config saying untied beside a file with no head is tied too. Each
+    loads with transformers' logits, and our folder loads back in transformers."""
+    batch = _batch()
+    config = transformers.T5Config(
+        **TINY, **VARIANTS["v1.1"], tie_word_embeddings=False, attn_implementation="eager"
+    )
+    tied = randomize(torch, transformers.T5ForConditionalGeneration(config), seed=4).eval()
+    assert tied.lm_head.weight is tied.shared.weight
+    untied = copy.deepcopy(tied)
+    with torch.no_grad():
+        untied.lm_head.weight = torch.nn.Parameter(torch.randn(untied.lm_head.weight.shape))
+    cases = [("untied", untied, {}, False), ("tied", tied, {}, True)]
+    cases.append(("tied-v4-config", tied, {"tie_word_embeddings": False}, True))
+    wants = {}
+    for name, hf, edit, tie in cases:
+        folder = tmp_path / name
+        hf.save_pretrained(folder)
+        written = json.loads((folder / "config.json").read_text())
+        assert written["tie_word_embeddings"] is True
+        assert written["scale_decoder_outputs"] is False
+        (folder / "config.json").write_text(json.dumps({**written, **edit}))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pl.params.CheckpointWarning)
+            model, params = M.from_pretrained(folder)
+        assert model.config.tie_word_embeddings is tie, name
+        assert model.config.scale_decoder_outputs is False
+        assert ("lm_head" in params) is not tie
+        if id(hf) not in wants:
+            wants[id(hf)] = _torch_logits(torch, hf, *batch)
+        want = wants[id(hf)]
+        got = _static_logits(model, params, *batch)  # the two tied models compile once
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if name == "tied-v4-config":  # the same model as "tied"'s
+            continue
+        M.save_pretrained(tmp_path / f"ours-{name}", model, params)
+        back = transformers.T5ForConditionalGeneration.from_pretrained(
+            tmp_path / f"ours-{name}", attn_implementation="eager"
+        )
+        assert back.config.scale_decoder_outputs is False
+        np.testing.assert_allclose(_torch_logits(torch, back.eval(), *batch), want, atol=1e-5)
 
 
 def test_lora_targets_q_and_v(pair):
