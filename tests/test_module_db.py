@@ -1,4 +1,4 @@
-"""torch's own module tests, through the README's class table.
+"""torch's own module tests, through the class table of docs/layers/torch-nn.md.
 
 torch ships the sample inputs its suite runs every ``nn`` module on
 (``torch.testing._internal.common_modules.module_db``). For each entry whose class is a
