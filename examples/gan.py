@@ -17,7 +17,7 @@ Did it learn? A small MLP classifier, trained here on the real training digits, 
 probability above 0.9 and ``classes`` how many of the ten digits those confident samples
 cover. The same figures for the untrained generator (``untrained_*``) and for real test
 digits (``real_*``) bracket them. Outputs in ``--out``: ``metrics.json`` and ``gan.png``
-(generated samples, columns sorted by the classifier's label).
+(the generated samples the classifier is surest of, a column per digit).
 """
 
 from __future__ import annotations
@@ -195,7 +195,8 @@ def plot_samples(images, probabilities, metrics: dict, out: Path) -> None:
     grid = images[np.stack(chosen, axis=1).ravel()][:, 0]
     grid = np.pad(grid, ((0, 0), (1, 1), (1, 1)))  # a blank pixel between digits
     title = (
-        f"DCGAN samples by classified digit: {metrics['confident_fraction']:.0%} confident, "
+        f"DCGAN samples, the most confident per classified digit; of all: "
+        f"{metrics['confident_fraction']:.0%} confident, "
         f"{metrics['classes']}/10 digits (untrained "
         f"{metrics['untrained_confident_fraction']:.0%})"
     )

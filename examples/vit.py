@@ -20,7 +20,6 @@ where wrong).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 import time
 from pathlib import Path
@@ -109,16 +108,12 @@ def main(argv=None) -> dict:
     optimizer = optax.adamw(schedule, weight_decay=0.05)
     opt_state = optimizer.init(params)
 
-    def loss_fn(params, x, y, key):
+    def loss_fn(params, batch):
+        x, y, key = batch  # the key drives dropout
         logits = model.apply(params, x, key=key, train=True)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(params, opt_state, x, y, key):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
+    train_step = common.optax_step(loss_fn, optimizer)
     predict = jax.jit(lambda params, x: jnp.argmax(model.apply(params, x), axis=-1))
 
     rng = np.random.default_rng(args.seed)
@@ -127,9 +122,8 @@ def main(argv=None) -> dict:
     bar = common.progress(args.steps, "vit")
     batch_indices = common.batches(rng, len(x_tr), args.batch_size)
     for step, idx in zip(range(1, args.steps + 1), batch_indices, strict=False):
-        params, opt_state, loss = train_step(
-            params, opt_state, x_tr[idx], y_tr[idx], jax.random.fold_in(key, step)
-        )
+        batch = (x_tr[idx], y_tr[idx], jax.random.fold_in(key, step))
+        params, opt_state, loss = train_step(params, opt_state, batch)
         if step % args.eval_every == 0 or step == args.steps:
             accuracy = float(np.mean(np.asarray(predict(params, x_te)) == y_te))
             history["step"].append(step)
