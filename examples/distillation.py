@@ -1,17 +1,21 @@
 """Distil a CNN teacher into a small MLP student on scikit-learn's bundled 8x8 digits.
 
-    python examples/distillation.py              # about a minute on 2 CPU cores
+    python examples/distillation.py              # under a minute on 2 idle CPU cores
     python examples/distillation.py --steps 200  # a quick look
 
-The teacher (``Conv2d ReLU MaxPool2d`` twice, then an MLP head) trains first on the labels.
-Then two copies of the same small student (``Flatten Linear ReLU Linear``, ``--hidden``
-units) train for the same ``--steps`` from the same initialization on the same batches:
-one on the labels alone (cross-entropy), one distilled (Hinton et al., 2015)::
+The teacher (``Conv2d ReLU MaxPool2d`` twice, then an MLP head) trains first on the
+labels of the whole training set. Then two copies of the same small student (``Flatten
+Linear ReLU Linear``, ``--hidden`` units) train for the same ``--steps`` from the same
+initialization on the same batches of a small labelled set (``--student-images``, the
+regime where Hinton et al., 2015, found soft targets help most): one on the labels alone
+(cross-entropy), one distilled::
 
     loss = alpha * T**2 * KL(softmax(teacher / T) || softmax(student / T))
            + (1 - alpha) * cross_entropy(student, labels)
 
-with the teacher's logits precomputed once over the training set. Outputs in ``--out``:
+with the teacher's logits precomputed once over the training set. A default run: the
+distilled student about 0.97 test accuracy, the student alone about 0.93, the teacher
+0.99 (with 200 images; on all 1,347 both students reach about 0.97). Outputs in ``--out``:
 ``metrics.json`` (``distilled_test_accuracy`` against ``student_test_accuracy``, the
 student trained alone, and ``teacher_test_accuracy``; ``steps``, ``seconds``) and
 ``distillation.png`` (both students' test accuracy against the step, the teacher's as a
@@ -52,6 +56,12 @@ def parse_args(argv=None):
     p.add_argument("--teacher-steps", type=common.positive_int, default=800)
     p.add_argument("--width", type=common.positive_int, default=32, help="teacher channels")
     p.add_argument("--hidden", type=common.positive_int, default=16, help="student units")
+    p.add_argument(
+        "--student-images",
+        type=common.positive_int,
+        default=200,
+        help="the students train on the first N training images (default 200)",
+    )
     p.add_argument("--temperature", type=float, default=4.0)
     p.add_argument("--alpha", type=float, default=0.9, help="weight of the KL term")
     p.add_argument("--batch-size", type=common.positive_int, default=64)
@@ -118,6 +128,7 @@ def main(argv=None) -> dict:
         return alpha * temperature**2 * kl + (1 - alpha) * hard(params, batch)
 
     data = (x_tr, y_tr, teacher_logits)
+    data = tuple(a[: args.student_images] for a in data)
     alone = fit(student, hard, s_init, data, args.steps, args, "student", x_te, y_te)[1]
     with_kd = fit(student, distilled, s_init, data, args.steps, args, "distilled", x_te, y_te)[1]
     seconds = time.perf_counter() - start
@@ -129,6 +140,7 @@ def main(argv=None) -> dict:
             "student_test_accuracy": alone[-1][1],
             "teacher_test_accuracy": t_history[-1][1],
             "student_hidden": args.hidden,
+            "student_images": len(data[0]),
             "steps": args.steps,
             "teacher_steps": args.teacher_steps,
             "seconds": seconds,
