@@ -150,7 +150,8 @@ def main(argv=None) -> dict:
     for history, label in ((alone, "student alone"), (with_kd, "student distilled")):
         ax.plot(*zip(*history, strict=True), marker=".", label=label)
     ax.axhline(metrics["teacher_test_accuracy"], color="grey", linestyle="--", label="teacher")
-    ax.set(xlabel="student step", ylabel="test accuracy", title="CNN teacher -> MLP student")
+    title = f"CNN teacher -> MLP student, students on {len(data[0])} images"
+    ax.set(xlabel="student step", ylabel="test accuracy", title=title)
     ax.legend(loc="lower right")
     common.save_figure(fig, args.out / "distillation.png")
     print(f"teacher, then two students of {args.steps} steps: {seconds:.1f} s; in {args.out}")
