@@ -1,6 +1,6 @@
 """Train a convolutional variational autoencoder (VAE) on scikit-learn's 8x8 digits.
 
-    python examples/vae.py               # about a minute on 2 CPU cores
+    python examples/vae.py               # about a minute and a half on 2 CPU cores
     python examples/vae.py --steps 200   # a quick look
 
 The encoder (``Conv2d ReLU Conv2d(stride 2) ReLU Flatten Linear``) maps an image to the

@@ -1,6 +1,6 @@
 """Train a small Vision Transformer (ViT) on scikit-learn's bundled 8x8 handwritten digits.
 
-    python examples/vit.py               # test accuracy ~0.97 (chance 0.10) on 2 CPU cores
+    python examples/vit.py               # test accuracy ~0.97 (chance 0.10), about a minute
     python examples/vit.py --steps 100   # a quick look
 
 Each 8x8 image is cut into 2x2 patches (16 tokens) by a strided ``Conv2d`` (the patch
