@@ -13,10 +13,10 @@ reparameterization trick: per image, the binary cross-entropy of the pixel inten
 Outputs in ``--out``: ``metrics.json`` with ``test_neg_elbo`` (nats per image, a
 one-sample estimate; at step 0 ``initial_neg_elbo``), ``test_kl``, ``test_recon_mse`` (per
 pixel, decoding the mean code) against ``mean_image_mse`` (every test digit replaced by
-the training set's mean image), ``steps`` and ``seconds``; and ``vae.png``: test digits, their reconstructions, and
-samples decoded from codes drawn from the prior. A default run reaches a reconstruction
-error under a third of the mean-image baseline's (0.022 vs 0.074) and a -ELBO of about 24
-nats per image (45 at step 0).
+the training set's mean image), ``steps`` and ``seconds``; and ``vae.png``: test digits,
+their reconstructions, and samples decoded from codes drawn from the prior. A default run
+reaches a reconstruction error under a third of the mean-image baseline's (0.022 vs 0.074)
+and a -ELBO of about 24 nats per image (45 at step 0).
 """
 
 from __future__ import annotations
