@@ -1,23 +1,12 @@
 """Smoke runs of the vision and graph gallery scripts (ViT, VAE, GAN, distillation, GNN):
 two steps at tiny sizes write their named figures and their picture."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"gallery_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+from tests.example_loader import load_example
 
 
 def run(name: str, tmp_path, *flags: str) -> dict:
