@@ -143,9 +143,11 @@ class _Block:
 
     def init(self, key: jax.Array, shape: Any, dtype: Any = jnp.float32) -> Params:
         x = as_shape(shape)
-        shapes = {n: x for n in self.children() if n not in ("act", "fc2")}
-        shapes["fc2"] = (*x[:-1], self.fc1.out_features)
-        return init_children(self, key, shapes, dtype)
+        names = list(self.children())
+        params = init_children(self, key, {n: x for n in names if n not in ("act", "fc2")}, dtype)
+        hidden = (*x[:-1], jnp.shape(params["fc1"]["weight"])[0])
+        params["fc2"] = self.init_child("fc2", jax.random.fold_in(key, names.index("fc2")), hidden)
+        return {n: params[n] for n in names if n in params}
 
     def _attend(self, name, params, x, kv, mask, cache, key, train):
         h = self.call(f"{name}_layer_norm", params, x)
@@ -272,7 +274,7 @@ class WhisperEncoder(Layer):
         h = gelu.apply({}, self.call("conv2", params, h))
         h = jnp.swapaxes(h, 1, 2)
         positions = self.call("embed_positions", params, jnp.arange(h.shape[1]))
-        h = drop(h + jax.lax.stop_gradient(positions), self.dropout, fold(key, 0), train)
+        h = drop(h + jax.lax.stop_gradient(positions)[None], self.dropout, fold(key, 0), train)
         for i in range(len(self.layers)):
             h = self.call(f"layers.{i}", params, h, key=fold(key, i + 1), train=train)
         return self.call("layer_norm", params, h)
@@ -344,7 +346,7 @@ class WhisperDecoder(Layer):
     ):
         offset = 0 if cache is None else cache["0"]["self"]["length"]
         h = self.call("embed_tokens", params, ids)
-        h = h + self.call("embed_positions", params, offset + jnp.arange(ids.shape[1]))
+        h = h + self.call("embed_positions", params, offset + jnp.arange(ids.shape[1]))[None]
         h = drop(h, self.dropout, fold(key, 0), train)
         mask = None
         if attention_mask is not None:
@@ -369,6 +371,62 @@ class WhisperDecoder(Layer):
 def _check_config(who: str, config: Any) -> None:
     if not isinstance(config, WhisperConfig):
         raise ValueError(f"{who}: config must be a WhisperConfig, got {config!r}")
+
+
+def _check_features(who: str, c: WhisperConfig, features: Any, mask: Any) -> jax.Array:
+    """``input_features`` as an array of ``(batch, num_mel_bins, 2 *
+    max_source_positions)``; a ``LayerError`` naming the axis otherwise."""
+    if mask is not None:
+        raise ValueError(f"{who}: the encoder takes no attention_mask (got one)")
+    x = as_array(features)
+    if x.ndim != 3:
+        raise LayerError(
+            who, "input_features shape", "(batch, num_mel_bins, frames)", tuple(x.shape)
+        )
+    frames = 2 * c.max_source_positions
+    for axis, name, want in ((1, "mel bins", c.num_mel_bins), (2, "frames", frames)):
+        if x.shape[axis] != want:
+            raise LayerError(
+                who, f"input_features {name} (axis {axis})", want, x.shape[axis],
+                f"input_features.shape == {tuple(x.shape)}",
+            )  # fmt: skip
+    return x
+
+
+def _check_ids(who: str, c: WhisperConfig, ids: Any, mask: Any) -> jax.Array:
+    """Decoder ids ``(batch, seq)``, ``seq <= max_target_positions``, and their mask."""
+    ids = as_array(ids)
+    if ids.ndim != 2:
+        raise LayerError(who, "decoder_input_ids shape", "(batch, seq)", ids.shape)
+    if ids.shape[1] > c.max_target_positions:
+        raise LayerError(
+            who, "decoder_input_ids length (axis 1) at most max_target_positions",
+            c.max_target_positions, ids.shape[1],
+        )  # fmt: skip
+    if mask is not None and jnp.shape(mask) != ids.shape:
+        raise LayerError(who, "decoder_attention_mask shape", ids.shape, jnp.shape(mask))
+    return ids
+
+
+def _check_training(who: str, c: WhisperConfig, train: bool) -> None:
+    """Training with a layer drop or SpecAugment (not implemented) is refused."""
+    if not train:
+        return
+    for name in ("encoder_layerdrop", "decoder_layerdrop", "apply_spec_augment"):
+        if getattr(c, name):
+            raise ValueError(
+                f"{who}: training with {name}={getattr(c, name)!r} is not implemented (set "
+                f"it to {False if name == 'apply_spec_augment' else 0.0})"
+            )
+
+
+def _check_max_len(who: str, c: WhisperConfig, max_len: Any) -> None:
+    check_int(who, "max_len", max_len)
+    if max_len > c.max_target_positions:
+        raise ValueError(
+            f"{who}: max_len (the decoder prompt plus the new tokens) must be at most "
+            f"max_target_positions={c.max_target_positions}, got {max_len}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -461,72 +519,29 @@ class WhisperModel(Layer):
             )
         return init_children(self, key, {"encoder": features, "decoder": (features[0], 1)}, dtype)
 
-    def _checked_ids(self, ids: Any, mask: Any) -> jax.Array:
-        ids = as_array(ids)
-        who, limit = type(self).__name__, self.config.max_target_positions
-        if ids.ndim != 2:
-            raise LayerError(who, "decoder_input_ids shape", "(batch, seq)", ids.shape)
-        if ids.shape[1] > limit:
-            raise LayerError(
-                who, "decoder_input_ids length (axis 1) at most max_target_positions", limit,
-                ids.shape[1],
-            )  # fmt: skip
-        if mask is not None and jnp.shape(mask) != ids.shape:
-            raise LayerError(who, "decoder_attention_mask shape", ids.shape, jnp.shape(mask))
-        return ids
-
-    def _train_checks(self, train: bool) -> None:
-        c = self.config
-        if not train:
-            return
-        for name in ("encoder_layerdrop", "decoder_layerdrop", "apply_spec_augment"):
-            if getattr(c, name):
-                raise ValueError(
-                    f"{type(self).__name__}: training with {name}={getattr(c, name)!r} is not "
-                    f"implemented (set it to {0.0 if 'drop' in name else False})"
-                )
-
     def encode(self, params, input_features, *, attention_mask=None, key=None, train=False):
         """The encoder's last hidden state ``(batch, max_source_positions, d_model)``.
         ``attention_mask`` must be ``None``: Whisper's encoder attends every frame (its
         features are padded to 30 seconds), as transformers' (which ignores one)."""
-        who, c = type(self).__name__, self.config
-        if attention_mask is not None:
-            raise ValueError(f"{who}: the encoder takes no attention_mask (got one)")
-        self._train_checks(train)
-        x = as_array(input_features)
-        if x.ndim != 3:
-            raise LayerError(
-                who, "input_features shape", "(batch, num_mel_bins, frames)", tuple(x.shape)
-            )
-        frames = 2 * c.max_source_positions
-        for axis, name, want in ((1, "mel bins", c.num_mel_bins), (2, "frames", frames)):
-            if x.shape[axis] != want:
-                raise LayerError(
-                    who, f"input_features {name} (axis {axis})", want, x.shape[axis],
-                    f"input_features.shape == {tuple(x.shape)}",
-                )  # fmt: skip
+        who = type(self).__name__
+        x = _check_features(who, self.config, input_features, attention_mask)
+        _check_training(who, self.config, train)
         return self.call("encoder", params, x, key=key, train=train)
 
     def init_cache(self, params: Params, encoder_hidden_states: Any, max_len: int) -> Any:
         """The decoder's cache for up to ``max_len`` positions (at most
         ``max_target_positions``): empty self-attention slots, and each layer's
         cross-attention keys and values of ``encoder_hidden_states``, computed here."""
-        who, limit = type(self).__name__, self.config.max_target_positions
-        check_int(who, "max_len", max_len)
-        if max_len > limit:
-            raise ValueError(
-                f"{who}: max_len (the decoder prompt plus the new tokens) must be at most "
-                f"max_target_positions={limit}, got {max_len}"
-            )
+        _check_max_len(type(self).__name__, self.config, max_len)
         h = jnp.asarray(encoder_hidden_states)
         decoder = self._parts["decoder"]
         return decoder.init_cache(params["decoder"], h, max_len, h.dtype)
 
     def decode_hidden(self, params, ids, encoded, *, mask=None, cache=None, key=None, train=False):
         """The decoder's output (and cache) over ``encoded`` (or the cache's keys)."""
-        self._train_checks(train)
-        ids = self._checked_ids(ids, None if cache is not None else mask)
+        who = type(self).__name__
+        _check_training(who, self.config, train)
+        ids = _check_ids(who, self.config, ids, None if cache is not None else mask)
         return self.call(
             "decoder",
             params,
@@ -548,7 +563,9 @@ class WhisperModel(Layer):
         key=None,
         train=False,
     ):
-        ids = self._checked_ids(decoder_input_ids, decoder_attention_mask)
+        ids = _check_ids(
+            type(self).__name__, self.config, decoder_input_ids, decoder_attention_mask
+        )
         encoded = self.encode(params, input_features, key=fold(key, 0), train=train)
         return self.decode_hidden(
             params, ids, encoded, mask=decoder_attention_mask, key=fold(key, 1), train=train
@@ -650,12 +667,14 @@ class WhisperForConditionalGeneration(Layer):
 
     def encode(self, params, input_features, *, attention_mask=None, key=None, train=False):
         """The encoder's last hidden state ``(batch, max_source_positions, d_model)``."""
+        _check_features(type(self).__name__, self.config, input_features, attention_mask)
         return self._parts["model"].encode(
             params["model"], input_features, attention_mask=attention_mask, key=key, train=train
         )
 
     def init_cache(self, params: Params, encoder_hidden_states: Any, max_len: int) -> Any:
         """The decoder's cache for up to ``max_len`` positions (``WhisperModel``'s)."""
+        _check_max_len(type(self).__name__, self.config, max_len)
         return self._parts["model"].init_cache(params["model"], encoder_hidden_states, max_len)
 
     def decode(
@@ -675,8 +694,10 @@ class WhisperForConditionalGeneration(Layer):
         ``decoder_attention_mask`` then covers its ``max_len`` slots) ``(logits,
         cache)``, the encoder states read from it. ``attention_mask`` (the encoder's)
         must be ``None``."""
+        who = type(self).__name__
         if attention_mask is not None:
-            raise ValueError(f"{type(self).__name__}: the encoder takes no attention_mask")
+            raise ValueError(f"{who}: the encoder takes no attention_mask (got one)")
+        _check_ids(who, self.config, decoder_input_ids, None)
         out = self._parts["model"].decode_hidden(
             params["model"],
             decoder_input_ids,
@@ -703,8 +724,7 @@ class WhisperForConditionalGeneration(Layer):
         key=None,
         train=False,
     ):
-        model = self._parts["model"]
-        model._checked_ids(decoder_input_ids, decoder_attention_mask)
+        _check_ids(type(self).__name__, self.config, decoder_input_ids, decoder_attention_mask)
         encoded = self.encode(params, input_features, key=fold(key, 0), train=train)
         return self.decode(
             params,
