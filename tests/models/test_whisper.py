@@ -279,6 +279,12 @@ def test_config_matches_transformers_and_round_trips(transformers):
         (dict(activation_function="mish"), "activation_function must be one of"),
         (dict(max_source_positions=0), "max_source_positions must be a positive integer"),
         (dict(dropout=1.0), r"dropout must be in \[0, 1\), got 1.0"),
+        (
+            dict(d_model=33, encoder_attention_heads=1, decoder_attention_heads=3),
+            "d_model must be even",
+        ),
+        (dict(init_std=-1.0), "init_std must be"),
+        (dict(is_encoder_decoder=False), "is_encoder_decoder must be True"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(overrides, match):
@@ -318,5 +324,34 @@ def test_errors_name_what_was_expected_and_got(pair):
         M.generate(model, params, features, decoder_input_ids=PROMPT[:1], max_new_tokens=2)
     with pytest.raises(ValueError, match=r"max_len .* at most max_target_positions=24, got 25"):
         M.generate(model, params, features, decoder_input_ids=PROMPT, max_new_tokens=23)
+    with pytest.raises(
+        ValueError, match=r"decoder_input_ids must be token ids in \[0, vocab_size=96\)"
+    ):
+        M.generate(model, params, features, decoder_input_ids=PROMPT + 90, max_new_tokens=2)
+    with pytest.raises(LayerError, match=rf"{who}: input_features shape expected \(batch, num_mel"):
+        model.apply(params, features[0], decoder_input_ids=PROMPT)
+    with pytest.raises(LayerError, match=r"decoder_input_ids shape expected \(batch, seq\)"):
+        model.apply(params, features, decoder_input_ids=PROMPT[0])
+    with pytest.raises(LayerError, match=r"decoder_attention_mask shape expected \(2, 3\)"):
+        model.apply(params, features, decoder_input_ids=PROMPT, decoder_attention_mask=PROMPT[:1])
+    with pytest.raises(ValueError, match=f"{who}: the encoder takes no attention_mask"):
+        model.encode(params, features, attention_mask=np.ones((2, 12)))
+    with pytest.raises(ValueError, match=f"{who}: the encoder takes no attention_mask"):
+        model.decode(params, PROMPT, attention_mask=np.ones((2, 12)))
+    with pytest.raises(ValueError, match="max_len must be a positive integer, got 0"):
+        model.init_cache(params, np.zeros((2, 6, 32), np.float32), 0)
+    dropping = WhisperForConditionalGeneration(
+        dataclasses.replace(model.config, encoder_layerdrop=0.1)
+    )
+    with pytest.raises(ValueError, match=r"training with encoder_layerdrop=0.1 is not implemented"):
+        dropping.apply(
+            params, features, decoder_input_ids=PROMPT, train=True, key=jax.random.key(0)
+        )
+    with pytest.raises(
+        LayerError, match=r"WhisperModel: input_features shape expected \(batch, mel"
+    ):
+        WhisperModel(model.config).init(jax.random.key(0), (2, 12))
     with pytest.raises(ValueError, match="config must be a WhisperConfig"):
         WhisperForConditionalGeneration(TINY)
+    with pytest.raises(ValueError, match="generation_config must be a dict"):
+        WhisperForConditionalGeneration(model.config, generation_config=3)
