@@ -42,7 +42,6 @@ from purelayers.layers import (
     Layer,
     LayerError,
     LayerNorm,
-    Linear,
     Params,
 )
 from purelayers.layers._checks import as_array, as_shape, check_int
@@ -55,7 +54,7 @@ from purelayers.models._whisper_layers import (
     WhisperEncoderLayer,
     sinusoids,
 )
-from purelayers.models.bert import _ACTIVATIONS
+from purelayers.models.bert import _ACTIVATIONS, _dense
 from purelayers.models.config import Frozen, _frozen
 from purelayers.models.whisper_config import WhisperConfig
 
@@ -72,21 +71,17 @@ __all__ = [
 ]
 
 
-def _linear(width: int, std: float, bias: bool = True) -> Linear:
-    return Linear(width, bias=bias, weight_init=normal(std=std), bias_init=zeros())
-
-
 def _attention(c: WhisperConfig, heads: int, causal: bool) -> WhisperAttention:
     e, std = c.d_model, c.init_std
     core = AttentionCore(heads, causal=causal, dropout=c.attention_dropout, scale=1.0)
-    projections = (_linear(e, std, bias=False), _linear(e, std), _linear(e, std), _linear(e, std))
+    projections = (_dense(e, std, bias=False), _dense(e, std), _dense(e, std), _dense(e, std))
     return WhisperAttention(*projections, core, head_dim=e // heads)
 
 
 def _block_parts(c: WhisperConfig, ffn: int) -> dict[str, Any]:
     return {
-        "fc1": _linear(ffn, c.init_std),
-        "fc2": _linear(c.d_model, c.init_std),
+        "fc1": _dense(ffn, c.init_std),
+        "fc2": _dense(c.d_model, c.init_std),
         "final_layer_norm": LayerNorm(),
         "act": _ACTIVATIONS[c.activation_function],
         "dropout": c.dropout,
@@ -353,7 +348,10 @@ class WhisperForConditionalGeneration(_TeacherForced, Layer):
 
     ``generation_config`` (keyword only): a ``generation_config.json``'s contents, whose
     ``eos_token_id``, ``pad_token_id``, ``suppress_tokens`` and
-    ``begin_suppress_tokens`` ``generate`` uses in place of the config's.
+    ``begin_suppress_tokens`` ``generate`` uses in place of the config's; the entries
+    that serve language detection and timestamps (``lang_to_id``, ``task_to_id``,
+    ``forced_decoder_ids``, ``no_timestamps_token_id``, ``alignment_heads``, ...) are
+    kept for ``save_pretrained`` and not read: the prompt says the language and task.
 
     Shape:
       ``input_features`` ``(batch, num_mel_bins, 2 * max_source_positions)``;
@@ -367,8 +365,9 @@ class WhisperForConditionalGeneration(_TeacherForced, Layer):
       ...     decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16,
       ...     max_source_positions=6, max_target_positions=10, pad_token_id=0)
       >>> model = WhisperForConditionalGeneration(config)
-      >>> params = model.init(jax.random.key(0), (1, 4, 12))
-      >>> model.apply(params, jnp.zeros((1, 4, 12)), decoder_input_ids=jnp.ones((1, 3), int)).shape
+      >>> params = pl.params.abstract(model, (1, 4, 12))
+      >>> run = lambda p, x, ids: model.apply(p, x, decoder_input_ids=ids)
+      >>> jax.eval_shape(run, params, jnp.zeros((1, 4, 12)), jnp.ones((1, 3), int)).shape
       (1, 3, 50)
     """
 
@@ -396,7 +395,7 @@ class WhisperForConditionalGeneration(_TeacherForced, Layer):
             object.__setattr__(self, "generation_config", _frozen(dict(given)))
         parts = {
             "model": WhisperModel(self.config),
-            "proj_out": _linear(self.config.vocab_size, self.config.init_std, bias=False),
+            "proj_out": _dense(self.config.vocab_size, self.config.init_std, bias=False),
         }
         object.__setattr__(self, "_parts", parts)
 
