@@ -6,6 +6,7 @@ and the errors."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -245,21 +246,40 @@ def test_save_pretrained_loads_in_transformers_and_back(torch, transformers, pai
     np.testing.assert_allclose(np.asarray(hidden), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_lora_reaches_attention_and_feed_forward(pair, tmp_path):
-    _, model, params = pair
+# PEFT's loading calls a deprecated transformers property
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+def test_lora_reaches_attention_and_feed_forward_and_loads_in_peft(torch, pair, tmp_path):
+    import peft
+
+    hf, model, params = pair
     targets = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
     lmodel = lora.wrap(model, targets, r=2, lora_alpha=4)
     lparams = lora.init(lmodel, jax.random.key(0), params)
-    names = [n for n in pl.params.flatten(lparams) if "lora_A" in n]
+    flat = pl.params.flatten(lparams)
+    names = [n for n in flat if "lora_A" in n]
     assert len(names) == 2 * 6 + 2 * 10  # 6 Linears per encoder layer, 10 per decoder layer
     assert "model.decoder.layers.1.encoder_attn.k_proj.lora_A.weight" in names
     assert "model.encoder.layers.0.fc2.lora_A.weight" in names
     features, (dec, _) = _features(), _decoder_batch()
     base = _logits(model, params, features, dec)
     np.testing.assert_allclose(_logits(lmodel, lparams, features, dec), base, atol=1e-5)
+    rng = np.random.default_rng(2)  # a trained adapter: B no longer zero
+    trained = {
+        k: rng.standard_normal(v.shape).astype(np.float32) * 0.3 if "lora_B" in k else v
+        for k, v in flat.items()
+    }
+    lparams = pl.params.load_state_dict(lparams, trained)
+    ours = _logits(lmodel, lparams, features, dec)
+    assert np.abs(ours - base).max() > 1e-2
     lora.save_adapter(tmp_path, lmodel, lparams)
     adapter = json.loads((tmp_path / "adapter_config.json").read_text())
     assert adapter["task_type"] == "SEQ_2_SEQ_LM"
+    loaded = peft.PeftModel.from_pretrained(copy.deepcopy(hf), tmp_path).eval()
+    with torch.no_grad():  # PeftModelForSeq2SeqLM's own forward passes input_ids
+        theirs = loaded.base_model(
+            input_features=torch.from_numpy(features), decoder_input_ids=torch.from_numpy(dec)
+        ).logits.numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
 
 
 def test_config_matches_transformers_and_round_trips(transformers):
