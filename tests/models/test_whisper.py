@@ -236,6 +236,26 @@ def test_save_pretrained_loads_in_transformers_and_back(torch, transformers, pai
     np.testing.assert_allclose(np.asarray(hidden), expected, rtol=1e-4, atol=1e-4)
 
 
+def test_untied_head_loads_and_saves_as_transformers(torch, transformers, tmp_path):
+    config = transformers.WhisperConfig(**TINY, tie_word_embeddings=False)
+    hf = randomize(torch, transformers.WhisperForConditionalGeneration(config), seed=3).eval()
+    assert hf.proj_out.weight is not hf.model.decoder.embed_tokens.weight
+    hf.save_pretrained(tmp_path / "theirs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pl.params.CheckpointWarning)
+        model, params = M.from_pretrained(tmp_path / "theirs")
+    assert not model.config.tie_word_embeddings and "proj_out" in params
+    features, (dec, _) = _features(), _decoder_batch()
+    want = _torch_logits(torch, hf, features, dec)
+    np.testing.assert_allclose(_logits(model, params, features, dec), want, rtol=1e-4, atol=1e-4)
+    M.save_pretrained(tmp_path / "ours", model, params)
+    loaded, info = transformers.WhisperForConditionalGeneration.from_pretrained(
+        tmp_path / "ours", output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    np.testing.assert_allclose(_torch_logits(torch, loaded.eval(), features, dec), want, atol=1e-5)
+
+
 # PEFT's loading calls a deprecated transformers property
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 def test_lora_reaches_attention_and_feed_forward_and_loads_in_peft(torch, pair, tmp_path):
