@@ -95,7 +95,9 @@ TESTED_ELSEWHERE = {
     "models/resnet.py": (9, "tests/models/test_resnet.py"),
     "models/phi3.py": (3, "tests/models/test_phi3.py"),
     "models/t5.py": (16, "tests/models/test_t5.py"),
-    "models/_seq2seq.py": (1, "tests/models/test_t5.py"),
+    "models/_seq2seq.py": (4, "tests/models/test_t5.py and tests/models/test_whisper.py"),
+    "models/whisper.py": (12, "tests/models/test_whisper.py"),
+    "models/whisper_config.py": (7, "tests/models/test_whisper.py"),
     "functional/moe.py": (2, "tests/functional/test_moe.py"),
     "layers/moe.py": (4, "tests/functional/test_moe.py"),
     "models/_moe.py": (5, "tests/functional/test_moe.py and tests/models/test_moe_families.py"),
@@ -454,6 +456,18 @@ def _generate(**kwargs):
     args = {"max_new_tokens": 2, **kwargs}
     ids = args.pop("ids", np.zeros((1, 3), np.int32))
     return M.generate(model, params, ids, **args)
+
+
+def _whisper_generate(**kwargs):
+    from purelayers import models as M
+
+    config = M.WhisperConfig(
+        vocab_size=10, num_mel_bins=2, d_model=4, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=1, decoder_attention_heads=1, encoder_ffn_dim=4,
+        decoder_ffn_dim=4, max_source_positions=2, max_target_positions=4, pad_token_id=0,
+    )  # fmt: skip
+    features = np.zeros((1, 2, 4), np.float32)
+    return M.generate(M.WhisperForConditionalGeneration(config), {}, features, **kwargs)
 
 
 def _folder(config=None, text=None, weights=None):
@@ -1318,6 +1332,8 @@ CATALOG: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("generate-top-p", lambda: _generate(top_p=1.5, **_SAMPLE), ValueError, r"^generate: top_p must be in \(0, 1\], got 1\.5$"),
     ("generate-unsupported-option", lambda: _generate(num_beams=4, forced_decoder_ids=[]), ValueError,
      r"^generate: options not supported: forced_decoder_ids, num_beams \(generate decodes"),
+    ("generate-features-mask", lambda: _whisper_generate(attention_mask=np.ones((1, 4)), max_new_tokens=1),
+     ValueError, r"^generate: WhisperForConditionalGeneration takes no attention_mask$"),
     ("generate-mask-shape", lambda: _generate(attention_mask=np.ones((1, 4))), ValueError,
      r"^generate: attention_mask must be shaped like input_ids \(1, 3\), got \(1, 4\)$"),
     ("from-pretrained-no-config", lambda: _from_pretrained(_folder()), FileNotFoundError,

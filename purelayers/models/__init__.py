@@ -70,6 +70,7 @@ from purelayers.models.siglip import SiglipConfig, SiglipModel
 from purelayers.models.t5 import T5Config, T5ForConditionalGeneration
 from purelayers.models.vit import ViTConfig, ViTModel
 from purelayers.models.vit_heads import ViTForImageClassification
+from purelayers.models.whisper import WhisperConfig, WhisperForConditionalGeneration, WhisperModel
 
 __all__ = [
     "IGNORE_INDEX",
@@ -131,6 +132,9 @@ __all__ = [
     "ViTConfig",
     "ViTForImageClassification",
     "ViTModel",
+    "WhisperConfig",
+    "WhisperForConditionalGeneration",
+    "WhisperModel",
     "causal_lm_loss",
     "encode_chat",
     "from_pretrained",

@@ -58,6 +58,7 @@ def _model_types() -> dict[str, type]:
         siglip,
         t5,
         vit,
+        whisper,
     )
 
     return {
@@ -81,13 +82,22 @@ def _model_types() -> dict[str, type]:
         "t5": t5.T5ForConditionalGeneration,
         "distilbert": distilbert.DistilBertModel,
         "modernbert": modernbert.ModernBertModel,
+        "whisper": whisper.WhisperForConditionalGeneration,
     }
 
 
 def _architectures() -> dict[str, type]:
     """The task-head classes ``from_pretrained`` picks by ``config["architectures"][0]``
     (the base classes of ``_model_types()`` are found by name too)."""
-    from purelayers.models import bert_heads, distilbert, modernbert, roberta, seq_cls, vit_heads
+    from purelayers.models import (
+        bert_heads,
+        distilbert,
+        modernbert,
+        roberta,
+        seq_cls,
+        vit_heads,
+        whisper,
+    )
 
     heads = [
         vit_heads.ViTForImageClassification,
@@ -101,6 +111,7 @@ def _architectures() -> dict[str, type]:
         bert_heads.BertForTokenClassification,
         bert_heads.BertForMaskedLM,
         bert_heads.BertForQuestionAnswering,
+        whisper.WhisperModel,
     ]
     return {cls.__name__: cls for cls in [*heads, *_model_types().values()]}
 
@@ -108,7 +119,7 @@ def _architectures() -> dict[str, type]:
 MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "qwen3", "olmo2", "gemma2", "gemma3_text",
     "phi3", "mixtral", "qwen3_moe", "gpt_oss", "roberta", "clip", "siglip", "t5",
-    "distilbert", "modernbert",
+    "distilbert", "modernbert", "whisper",
 )  # fmt: skip
 
 _TRUE = ("1", "ON", "YES", "TRUE")

@@ -73,10 +73,20 @@ class _Rule:
     top_p: float | None = None
     eos: tuple[int, ...] = ()
     pad: int | None = None
+    suppress: tuple[int, ...] = ()
+    begin_suppress: tuple[int, ...] = ()
 
     def next(self, logits, key, step, finished):
         """Step ``step``'s tokens ``(batch,)`` (drawn with ``fold_in(key, step)``), pad
-        where a row had finished, and the rows finished after them."""
+        where a row had finished, and the rows finished after them. ``suppress`` ids
+        are never picked, ``begin_suppress`` ids not at step 0 (transformers'
+        ``SuppressTokens`` and ``SuppressTokensAtBegin`` processors)."""
+        if self.suppress or self.begin_suppress:
+            vocab = jnp.arange(logits.shape[-1])
+            off = jnp.isin(vocab, jnp.asarray(self.suppress or (-1,)))
+            if self.begin_suppress:
+                off = off | (jnp.isin(vocab, jnp.asarray(self.begin_suppress)) & (step == 0))
+            logits = jnp.where(off, -jnp.inf, logits)
         k = None if key is None else jax.random.fold_in(key, step)
         token = sample_logits(
             logits,
@@ -144,11 +154,11 @@ def _ids(value: Any) -> list[int]:
 
 
 def _default_ids(model: Any) -> dict[str, Any]:
-    """The eos and pad ids ``generate`` uses unless given: the model's
-    ``generation_config``'s where it has one (an id it lacks is unset), else the
+    """The eos and pad ids ``generate`` uses unless given, and the suppressed ids: the
+    model's ``generation_config``'s where it has one (an id it lacks is unset), else the
     config's, as transformers' ``model.generation_config``."""
     generation = getattr(model, "generation_config", None)
-    names = ("eos_token_id", "pad_token_id")
+    names = ("eos_token_id", "pad_token_id", "suppress_tokens", "begin_suppress_tokens")
     if generation is not None:
         return {k: generation.get(k) for k in names}
     return {k: getattr(model.config, k, None) for k in names}
@@ -239,25 +249,38 @@ def generate(
     ``streamer`` (transformers' protocol): ``streamer.put(ids)`` gets the prompt, then
     each step's ``(batch,)`` tokens as they come; ``streamer.end()`` is called last.
 
-    Encoder-decoders (``T5ForConditionalGeneration``): ``input_ids`` is the encoder's
-    input, padded on either side (``attention_mask``); the encoder runs once, the
+    Encoder-decoders (``T5ForConditionalGeneration``, ``WhisperForConditionalGeneration``):
+    ``input_ids`` is the encoder's input (Whisper's: its ``input_features``), padded on
+    either side (``attention_mask``; Whisper takes none); the encoder runs once, the
     cross-attention keys and values are computed once, and the result is the decoder's
-    ids ``(batch, 1 + n)``, starting with ``decoder_start_token_id`` (the model's
-    ``generation_config``'s, else its config's), greedy tokens equal to transformers'.
+    ids ``(batch, n + k)``: the decoder prompt ``decoder_input_ids`` ``(batch, n)``
+    (default: ``decoder_start_token_id``, the model's ``generation_config``'s, else its
+    config's; Whisper needs one) and ``k`` new tokens, greedy tokens equal to
+    transformers'. The model's ``suppress_tokens`` are never generated and its
+    ``begin_suppress_tokens`` not as the first new token (``generation_config``'s, else
+    the config's, as transformers' logits processors).
 
-    Other transformers options (``num_beams``, ``forced_decoder_ids``, ...) are not
-    implemented: any other keyword is a ``ValueError`` naming it.
+    Other transformers options (``num_beams`` above 1, ``forced_decoder_ids``,
+    ``return_timestamps``, ``language``, ``task``, ...) are not implemented: any other
+    keyword is a ``ValueError`` naming it.
     """
+    seq2seq = bool(getattr(model, "is_encoder_decoder", False))
+    decoder_input_ids = options.pop("decoder_input_ids", None) if seq2seq else None
+    if options.get("num_beams", 1) == 1:  # transformers' default, one beam: greedy
+        options.pop("num_beams", None)
     if options:
         raise ValueError(
             f"generate: options not supported: {', '.join(sorted(options))} (generate "
             "decodes greedily or samples with temperature, top_k and top_p; no beams, "
-            "forced or suppressed tokens, timestamps or language detection)"
+            "forced tokens, timestamps or language detection)"
         )
+    features = getattr(model, "main_input_name", "input_ids") == "input_features"
     host = np.asarray(input_ids)
-    if host.ndim != 2:
+    if host.ndim != 2 and not features:
         raise ValueError(f"generate: input_ids must be (batch, prompt), got shape {host.shape}")
-    ids = jnp.asarray(host, jnp.int32)
+    if features and attention_mask is not None:
+        raise ValueError(f"generate: {type(model).__name__} takes no attention_mask")
+    ids = jnp.asarray(host, host.dtype if features else jnp.int32)
     if (
         isinstance(max_new_tokens, bool)
         or not isinstance(max_new_tokens, (int, np.integer))
@@ -268,7 +291,6 @@ def generate(
     if do_sample and key is None:
         raise ValueError("generate: do_sample=True needs key= (a jax.random key)")
     sampling = _sampling(temperature, top_k, top_p) if do_sample else (1.0, None, None)
-    seq2seq = bool(getattr(model, "is_encoder_decoder", False))
     if not callable(getattr(model, "init_cache", None)):
         raise ValueError(
             f"generate: model must be a causal LM (GPT-2, Llama, Mistral, Qwen2: a model "
@@ -276,7 +298,7 @@ def generate(
         )
     config = model.config
     vocab = getattr(config, "vocab_size", None)
-    if host.size and vocab is not None and (host.min() < 0 or host.max() >= vocab):
+    if not features and host.size and vocab is not None and (host.min() < 0 or host.max() >= vocab):
         bad = host.min() if host.min() < 0 else host.max()
         raise ValueError(
             f"generate: input_ids must be token ids in [0, vocab_size={vocab}), got {int(bad)} "
@@ -287,6 +309,15 @@ def generate(
     pad = defaults["pad_token_id"] if pad_token_id is _FROM_MODEL else pad_token_id
     if pad is None and eos:
         pad = eos[0]
+    suppress = (tuple(_ids(defaults[k])) for k in ("suppress_tokens", "begin_suppress_tokens"))
+    rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None, *suppress)
+    if features:  # the model checks the features' shape
+        return as_array(
+            generate_encoder_decoder(
+                model, params, ids, None, max_new_tokens=max_new_tokens, rule=rule, key=key,
+                prompt=decoder_input_ids, streamer=streamer,
+            )
+        )  # fmt: skip
     b, prompt = ids.shape
     max_len = prompt + max_new_tokens
     mask = (
@@ -296,20 +327,13 @@ def generate(
         raise ValueError(
             f"generate: attention_mask must be shaped like input_ids {ids.shape}, got {mask.shape}"
         )
-    rule = _Rule(do_sample, *sampling, tuple(eos), pad if eos else None)
     if seq2seq:  # the encoder's input may be padded on either side
         return as_array(
             generate_encoder_decoder(
-                model,
-                params,
-                ids,
-                mask,
-                max_new_tokens=max_new_tokens,
-                rule=rule,
-                key=key,
-                streamer=streamer,
+                model, params, ids, mask, max_new_tokens=max_new_tokens, rule=rule, key=key,
+                prompt=decoder_input_ids, streamer=streamer,
             )
-        )
+        )  # fmt: skip
     host_mask = np.asarray(mask) != 0
     after_token = np.logical_and.accumulate(~host_mask, axis=1) == 0  # from a row's first 1 on
     gaps = np.nonzero((after_token & ~host_mask).any(axis=1))[0]
