@@ -1,6 +1,6 @@
 """Direct preference optimization of a tiny character GPT-2, against its SFT start.
 
-    python examples/dpo.py              # about 2 minutes on 2 CPU cores
+    python examples/dpo.py              # about 3 minutes on 2 CPU cores
     python examples/dpo.py --steps 50   # a quick look
 
 Supervised fine-tuning (SFT) first: ``purelayers.models.GPT2LMHeadModel`` with a tiny
@@ -23,9 +23,9 @@ reward margin ``beta * (...)``, and the fraction of greedy completions that are 
 positive word, at the SFT start and after DPO.
 
 Outputs in ``--out``: ``metrics.json`` and ``margin.png`` (held-out margin and
-accuracy during DPO, rule-following before and after). A default run goes from about
-0.2 preference accuracy and no positive greedy completion to about 1.0 for both
-(numbers in the gallery notes).
+accuracy during DPO, rule-following before and after). A default run goes from 0.0
+preference accuracy and no positive greedy completion at the SFT start to 1.0 for
+both, with a mean reward margin of about 7.6 (numbers in the gallery notes).
 """
 
 from __future__ import annotations

@@ -4,17 +4,23 @@ standard-library docstrings, then probe what its features know.
     python examples/encoder.py              # about 3 minutes on 2 CPU cores
     python examples/encoder.py --steps 100  # a quick look
 
-The model is ``purelayers.models.BertForMaskedLM`` with a tiny ``BertConfig`` (one
-character a token, plus a ``[MASK]`` token; the decoder tied to the word embeddings).
-Pre-training masks 15% of the characters with BERT's rule (of those, 80% become
-``[MASK]``, 10% a random character, 10% stay) and predicts the originals; the figure is
-the masked-character accuracy on held-out text, next to always guessing the most
-frequent character.
+The model is a custom composite of library layers, ``CharEncoder``: an ``Embedding``
+(one character a token, plus a ``[MASK]`` token), a ``Repeat`` of pre-norm
+``TransformerBlock(causal=False, rope=True)`` (every position attends to every other;
+rotary positions), a final ``LayerNorm`` and a ``Linear`` head. (A tiny
+``purelayers.models.BertForMaskedLM``, post-norm with learned positions, sat on the
+unigram plateau, below 0.25 accuracy, for the whole of a 1,500-step run here; the
+pre-norm RoPE blocks leave it within a few hundred steps.) Pre-training masks 15% of
+the characters with BERT's rule (of those, 80% become ``[MASK]``, 10% a random
+character, 10% stay) and predicts the originals; the figure is the masked-character
+accuracy on held-out text, next to always guessing the most frequent character.
 
 The probe asks a question only context answers: is a window of text real, or the same
-words in shuffled order? Both have exactly the same characters, so character counts
-say nothing. A logistic regression reads the frozen encoder's mean-pooled features of
-held-out windows; the same probe on a randomly initialised encoder is the baseline.
+words with their letters scrambled? Both have exactly the same characters, so
+character counts say nothing. A logistic regression reads the frozen encoder's
+mean-pooled features of held-out windows; the same probe on a randomly initialised
+encoder is the baseline. (Shuffling whole words instead left both probes at chance:
+only the few positions beside a word boundary change.)
 
 Outputs in ``--out``: ``metrics.json`` and ``curves.png`` (pre-training curves, probe
 accuracies). A default run reaches about 0.5 masked-character accuracy (0.17 for the
@@ -24,6 +30,7 @@ random encoder (numbers in the gallery notes).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -37,11 +44,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 import purelayers as pl
-from purelayers import models as M
+from purelayers import layers as L
+
+
+@dataclasses.dataclass(frozen=True)
+class CharEncoder(L.Layer):
+    """A BERT-style encoder: ``head(norm(blocks(embed(ids))))``, every position
+    attending to every other (rotary positions inside attention)."""
+
+    embed: L.Embedding
+    blocks: L.Repeat
+    norm: L.LayerNorm
+    head: L.Linear
+
+    @property
+    def takes_ids(self) -> bool:
+        return True
+
+    def features(self, params, ids):
+        """The final hidden states ``(B, T, width)``: what the probe reads."""
+        x = self.call("blocks", params, self.call("embed", params, ids))
+        return self.call("norm", params, x)
+
+    def apply(self, params, ids, *, key=None, train=False):
+        """``ids`` ``(B, T)`` -> logits ``(B, T, vocab)`` for every position."""
+        return self.call("head", params, self.features(params, ids))
 
 
 def parse_args(argv=None):
-    p = common.gallery_parser("encoder", __doc__, steps=1500)
+    p = common.gallery_parser("encoder", __doc__, steps=1200)
     p.add_argument("--batch-size", type=common.positive_int, default=32)
     p.add_argument("--seq-len", type=common.positive_int, default=64)
     p.add_argument("--width", type=common.positive_int, default=128, help="hidden_size")
@@ -71,8 +102,8 @@ def mask_tokens(rng: np.random.Generator, ids: np.ndarray, mask_id: int, rate: f
 
 def probe_windows(rng, text: str, count: int, length: int):
     """``count`` real windows of whole words (whitespace made single spaces, padded with
-    spaces to ``length`` characters) and the same windows with their words shuffled:
-    ``(texts, labels)``, label 1 for real."""
+    spaces to ``length`` characters) and the same windows with the letters of each word
+    shuffled: ``(texts, labels)``, label 1 for real."""
     texts, labels = [], []
     while len(texts) < 2 * count:
         s = int(rng.integers(0, len(text) - 4 * length))
@@ -83,10 +114,10 @@ def probe_windows(rng, text: str, count: int, length: int):
                 break
             kept.append(w)
             size += 1 + len(w)
-        shuffled = list(rng.permutation(kept)) if len(kept) > 2 else kept
-        if shuffled == kept:
+        scrambled = ["".join(rng.permutation(list(w))) for w in kept]
+        if scrambled == kept:
             continue
-        texts += [" ".join(kept).ljust(length), " ".join(shuffled).ljust(length)]
+        texts += [" ".join(kept).ljust(length), " ".join(scrambled).ljust(length)]
         labels += [1, 0]
     return texts, np.array(labels)
 
@@ -100,19 +131,12 @@ def main(argv=None) -> dict:
     train_text, valid_text = text[:split], text[split:]
     train_ids, valid_ids = vocab.encode(train_text), vocab.encode(valid_text)
 
-    config = M.BertConfig(
-        vocab_size=len(vocab) + 1,
-        hidden_size=args.width,
-        num_hidden_layers=args.depth,
-        num_attention_heads=args.heads,
-        intermediate_size=2 * args.width,
-        max_position_embeddings=args.seq_len,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        pad_token_id=None,
+    model = CharEncoder(
+        L.Embedding(len(vocab) + 1, args.width),
+        L.Repeat(L.TransformerBlock(args.heads, causal=False, rope=True), args.depth),
+        L.LayerNorm(),
+        L.Linear(len(vocab) + 1),
     )
-    model = M.BertForMaskedLM(config)
-    encoder = M.BertModel(config, add_pooling_layer=False)  # params["bert"]
     key = jax.random.key(args.seed)
     params = model.init(key, (args.batch_size, args.seq_len))
     random_params = model.init(jax.random.fold_in(key, 1), (args.batch_size, args.seq_len))
@@ -158,7 +182,7 @@ def main(argv=None) -> dict:
     bar.close()
     seconds = time.perf_counter() - start
 
-    features = jax.jit(lambda p, ids: encoder.apply(p["bert"], ids).mean(axis=1))
+    features = jax.jit(lambda p, ids: model.features(p, ids).mean(axis=1))
     probe_rng = np.random.default_rng(args.seed + 1)
     train_x, train_y = probe_windows(probe_rng, train_text, args.probe_examples // 2, args.seq_len)
     test_x, test_y = probe_windows(probe_rng, valid_text, 300, args.seq_len)
@@ -193,7 +217,7 @@ def main(argv=None) -> dict:
         f"(most frequent character {unigram_accuracy:.3f})"
     )
     print(
-        f"real-vs-shuffled probe: pretrained {probe['pretrained']:.3f}, "
+        f"real-vs-scrambled probe: pretrained {probe['pretrained']:.3f}, "
         f"random encoder {probe['random']:.3f}"
     )
     return metrics
@@ -225,7 +249,7 @@ def plot(history: dict, metrics: dict, path) -> None:
     c.axhline(0.5, color="k", ls=":", lw=1)
     for x, v in enumerate(values):
         c.text(x, v + 0.02, f"{v:.2f}", ha="center")
-    c.set(ylim=(0, 1.05), ylabel="probe accuracy", title="real vs shuffled words")
+    c.set(ylim=(0, 1.05), ylabel="probe accuracy", title="real vs scrambled words")
     common.save_figure(fig, path)
 
 
