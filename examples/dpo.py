@@ -283,16 +283,15 @@ def make_greedy(model, vocab, names, length: int):
 
 def plot(history: dict, metrics: dict, path) -> None:
     fig, (a, b) = common.figure(1, 2, figsize=(9, 3.2))
-    a.plot(history["step"], history["margin"], color="tab:blue")
+    a.plot(history["step"], history["margin"], color="tab:blue", label="margin")
     a.set(xlabel="DPO step", ylabel="reward margin (held out)", title="chosen - rejected")
     twin = a.twinx()
-    twin.plot(history["step"], history["accuracy"], color="tab:orange", ls="--")
+    twin.plot(history["step"], history["accuracy"], color="tab:orange", ls="--", label="accuracy")
+    fig.legend(loc="lower center", bbox_to_anchor=(0.3, 0.25), fontsize=8)
     twin.set(ylabel="preference accuracy", ylim=(0, 1.05))
     names = ["SFT start", "after DPO"]
     values = [metrics["greedy_positive_sft"], metrics["greedy_positive_dpo"]]
-    b.bar(names, values, color=["gray", "tab:blue"])
-    for x, v in enumerate(values):
-        b.text(x, v + 0.02, f"{v:.2f}", ha="center")
+    b.bar_label(b.bar(names, values, color=["gray", "tab:blue"]), fmt="%.2f")
     b.set(ylim=(0, 1.1), ylabel="fraction", title="greedy completions that are positive")
     common.save_figure(fig, path)
 
