@@ -64,7 +64,13 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=5e-4, help="DPO learning rate")
     p.add_argument("--chars", type=common.positive_int, default=300_000, help="docstring text")
     p.add_argument("--eval-every", type=common.positive_int, default=20)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("sft_lr", "lr", "beta"):
+        if not getattr(args, name) > 0:
+            p.error(
+                f"argument --{name.replace('_', '-')}: must be positive, got {getattr(args, name)}"
+            )
+    return args
 
 
 def review(rng, name: str, p_positive: float) -> str:

@@ -84,7 +84,10 @@ def parse_args(argv=None):
     p.add_argument(
         "--probe-examples", type=common.positive_int, default=2000, help="probe training windows"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.lr > 0:
+        p.error(f"argument --lr: must be positive, got {args.lr}")
+    return args
 
 
 def mask_tokens(rng: np.random.Generator, ids: np.ndarray, mask_id: int, rate: float = 0.15):

@@ -212,7 +212,10 @@ def parse_args(argv=None):
     p.add_argument("--chars", type=common.positive_int, default=1_000_000, help="corpus size")
     p.add_argument("--eval-every", type=common.positive_int, default=50)
     p.add_argument("--sample-len", type=common.positive_int, default=300)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.lr > 0:
+        p.error(f"argument --lr: must be positive, got {args.lr}")
+    return args
 
 
 def main(argv=None) -> dict:

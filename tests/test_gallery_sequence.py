@@ -66,8 +66,13 @@ def test_dpo_smoke(tmp_path):
     assert metrics["reward_margin_sft"] == 0.0  # the policy is the reference at the start
 
 
-def test_steps_zero_is_refused(capsys):
+def test_steps_zero_and_beta_zero_are_refused(capsys):
+    dpo = load("dpo")
     with pytest.raises(SystemExit) as e:
-        load("dpo").main(["--steps", "0"])
+        dpo.main(["--steps", "0"])
     assert e.value.code == 2
-    assert "must be at least 1, got 0" in capsys.readouterr().err
+    assert "--steps: must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        dpo.main(["--beta", "0"])
+    assert e.value.code == 2
+    assert "--beta: must be positive, got 0.0" in capsys.readouterr().err
