@@ -18,7 +18,8 @@ accuracy (each test image given the digit whose captions, all templates averaged
 most similar; no classifier was trained) against chance 0.10; image->text recall@1
 (the nearest of all captions names the image's digit); text->image precision@10 (the
 share of each caption's ten nearest test images that show its digit). The default run
-reaches zero-shot accuracy around 0.95. Picture: the zero-shot confusion matrix and
+(300 steps, under a minute of CPU time) reaches zero-shot accuracy 0.96, image->text
+recall@1 0.97 and text->image precision@10 0.99. Picture: the zero-shot confusion matrix and
 the similarity of ten test images to the ten "the digit N" captions.
 """
 

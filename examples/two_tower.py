@@ -4,20 +4,25 @@
     python examples/two_tower.py --steps 50  # a quick look
 
 Each docstring of ~100 standard-library modules (and of their public classes, functions
-and methods; nothing is downloaded) becomes one query/document pair: the query is its
-summary sentence, the document the rest of it. A fifth of the docstrings are held out.
-Both towers are the same composite with their own params: hashed word ids into an
-``Embedding``, a ``Repeat`` of bidirectional ``TransformerBlock``s whose attention skips
-the padding, a ``LayerNorm``, the mean over the words and a ``Linear`` projection. The
-loss is the in-batch-negatives softmax: each query's similarities (cosine over a
-temperature) to every document of the batch, cross-entropy against its own, and the
-same from the documents' side.
+and methods; nothing is downloaded) is a list of sentences. A fifth of the docstrings
+are held out. Training pairs are drawn afresh every batch (the inverse cloze task): one
+sentence of a training docstring (its summary half the time) is the query, the others
+the document. The encoder is a composite of library layers: hashed word ids into one
+``Embedding`` table shared by both sides, then a tower (a ``Repeat`` of bidirectional
+``TransformerBlock``s whose attention skips the padding, the mean over the words, a
+``LayerNorm`` and a ``Linear`` projection), by default the same tower for queries and
+documents (``--separate-towers`` gives each side its own params). The loss is the
+in-batch-negatives softmax: each query's cosine similarities over a temperature to
+every document of the batch, cross-entropy against its own, and the same from the
+documents' side.
 
-Figures (``--out``/metrics.json): held-out recall@1/@5/@10 of each summary finding its
-own document among all held-out documents, against two baselines on the same task: the
-same towers untrained (random encoder) and bag-of-characters counts compared by cosine.
-The default run reaches recall@10 around 0.8 on the ~200 held-out documents, the
-baselines about 0.4 and 0.15. Picture: recall@k for k = 1..50, the three retrievers.
+Figures (``--out``/metrics.json): held-out recall@1/@5/@10 of each summary sentence
+finding the rest of its docstring among all 246 held-out documents, against two
+baselines on the same task: the untrained encoder (random encoder) and
+bag-of-characters counts compared by cosine. The default run (400 steps, under a
+minute of CPU time) reaches recall@1 0.24 and recall@10 0.52, against 0.04 and 0.20
+for the random encoder and 0.05 and 0.26 for the bag of characters. Picture: recall@k
+for k = 1..50, the three retrievers.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import inspect
 import re
 import sys
 import time
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any
@@ -52,28 +58,36 @@ def stdlib_docs(min_chars: int = 40) -> list[tuple[str, str]]:
     order; each docstring once."""
     seen: set[str] = set()
     docs = []
-    for name in common.STDLIB_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
+    with warnings.catch_warnings():  # deprecated aliases (typing.re) warn when read
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for name in common.STDLIB_MODULES:
+            docs += _module_docs(name, seen, min_chars)
+    return docs
+
+
+def _module_docs(name: str, seen: set[str], min_chars: int) -> list[tuple[str, str]]:
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return []
+    objects = [(name, module)]
+    for attr in sorted(vars(module)):
+        obj = getattr(module, attr, None)
+        if attr.startswith("_") or not (inspect.isclass(obj) or inspect.isfunction(obj)):
             continue
-        objects = [(name, module)]
-        for attr in sorted(vars(module)):
-            obj = getattr(module, attr, None)
-            if attr.startswith("_") or not (inspect.isclass(obj) or inspect.isfunction(obj)):
-                continue
-            objects.append((f"{name}.{attr}", obj))
-            if inspect.isclass(obj):
-                objects += [
-                    (f"{name}.{attr}.{k}", m)
-                    for k, m in sorted(vars(obj).items())
-                    if not k.startswith("_") and inspect.isfunction(m)
-                ]
-        for qualname, obj in objects:
-            doc = inspect.getdoc(obj)
-            if doc and doc not in seen and len(doc) > min_chars:
-                seen.add(doc)
-                docs.append((qualname, " ".join(doc.split())))
+        objects.append((f"{name}.{attr}", obj))
+        if inspect.isclass(obj):
+            objects += [
+                (f"{name}.{attr}.{k}", m)
+                for k, m in sorted(vars(obj).items())
+                if not k.startswith("_") and inspect.isfunction(m)
+            ]
+    docs = []
+    for qualname, obj in objects:
+        doc = inspect.getdoc(obj)
+        if doc and doc not in seen and len(doc) > min_chars:
+            seen.add(doc)
+            docs.append((qualname, " ".join(doc.split())))
     return docs
 
 
@@ -113,8 +127,9 @@ def hash_words(text: str, length: int, buckets: int) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class Tower(L.Layer):
     """Embedded words ``(B, T, E)`` and their mask ``(B, T)`` to one vector each
-    ``(B, dim)``: ``proj(mean_over_words(norm(blocks(x))))``, attention masked to the
-    words."""
+    ``(B, dim)``: ``proj(norm(mean_over_words(blocks(x))))``, attention masked to the
+    words. The norm comes after the mean so that words keep their own lengths: a
+    frequent word can learn to weigh little."""
 
     blocks: L.Repeat
     norm: L.LayerNorm
@@ -122,21 +137,21 @@ class Tower(L.Layer):
 
     def apply(self, params, x, keep, *, key=None, train=False):
         x = self.call("blocks", params, x, mask=keep[:, None, None, :], key=key, train=train)
-        x = self.call("norm", params, x) * keep[..., None]
-        pooled = x.sum(1) / jnp.maximum(keep.sum(1, keepdims=True), 1)
-        return self.call("proj", params, pooled)
+        pooled = (x * keep[..., None]).sum(1) / jnp.maximum(keep.sum(1, keepdims=True), 1)
+        return self.call("proj", params, self.call("norm", params, pooled))
 
 
 @dataclasses.dataclass(frozen=True)
 class DualEncoder(L.Layer):
     """Query and document word ids (``0`` = padding) through one shared ``embed`` table
-    and then each through its own tower, L2-normalized:
-    ``apply(params, query_ids, doc_ids) -> (q, d)``. Sharing the table lets a word
-    never seen in training still match itself across the two sides."""
+    and then each through its own tower (``doc=None``: both through ``query``, a
+    siamese encoder), L2-normalized: ``apply(params, query_ids, doc_ids) -> (q, d)``.
+    Sharing the table lets a word never seen in training still match itself across
+    the two sides; sharing the tower too keeps its untrained directions aligned."""
 
     embed: L.Embedding
     query: Tower
-    doc: Tower
+    doc: Tower | None = None
 
     @property
     def takes_ids(self) -> bool:
@@ -145,7 +160,8 @@ class DualEncoder(L.Layer):
     def apply(self, params, query_ids, doc_ids, *, key=None, train=False):
         keys = (None, None) if key is None else jax.random.split(key)
         out = []
-        for name, ids, k in (("query", query_ids, keys[0]), ("doc", doc_ids, keys[1])):
+        doc = "query" if self.doc is None else "doc"
+        for name, ids, k in (("query", query_ids, keys[0]), (doc, doc_ids, keys[1])):
             x = self.call("embed", params, ids)
             out.append(unit(self.call(name, params, x, ids != 0, key=k, train=train)))
         return tuple(out)
@@ -156,12 +172,14 @@ def unit(x: jax.Array) -> jax.Array:
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True).clip(1e-6)
 
 
-def build_model(buckets: int, width: int, depth: int, heads: int, dropout: float = 0.0):
+def build_model(
+    buckets: int, width: int, depth: int, heads: int, dropout: float = 0.0, shared: bool = True
+) -> DualEncoder:
     """The dual encoder: a shared ``buckets`` x ``width`` table, towers of ``depth``
-    bidirectional blocks."""
+    bidirectional blocks (one tower for both sides if ``shared``)."""
     block = L.TransformerBlock(heads, causal=False, mlp_ratio=2, dropout=dropout)
     tower = Tower(L.Repeat(block, depth), L.LayerNorm(), L.Linear(width))
-    return DualEncoder(L.Embedding(buckets, width), tower, tower)
+    return DualEncoder(L.Embedding(buckets, width), tower, None if shared else tower)
 
 
 def in_batch_loss(q: jax.Array, d: jax.Array, temperature: float) -> jax.Array:
@@ -204,6 +222,7 @@ def parse_args(argv=None):
     p.add_argument("--doc-words", type=common.positive_int, default=64)
     p.add_argument("--temperature", type=float, default=0.05)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--separate-towers", action="store_true", help="own params per side")
     p.add_argument("--docs", type=int, default=None, help="use only this many docstrings")
     return p.parse_args(argv)
 
@@ -229,7 +248,8 @@ def main(argv=None) -> dict:
     batch = min(args.batch_size, len(train))
     rng = np.random.default_rng(args.seed)
 
-    model = build_model(args.buckets, args.width, args.depth, args.heads, dropout=0.1)
+    shared = not args.separate_towers
+    model = build_model(args.buckets, args.width, args.depth, args.heads, 0.1, shared)
     key = jax.random.key(args.seed)
     params = model.init(key, sample(range(batch)))
     optimizer = optax.adamw(args.lr, weight_decay=0.01)
@@ -240,13 +260,15 @@ def main(argv=None) -> dict:
         return in_batch_loss(q, d, args.temperature)
 
     step = common.optax_step(loss, optimizer)
-    embed = jax.jit(lambda params, q, d: model.apply(params, q, d))
 
-    def evaluate(params):
-        q, d = embed(params, q_te, d_te)
+    def evaluate(params, model=model):
+        q, d = jax.jit(model.apply)(params, q_te, d_te)
         return ranks(np.asarray(q @ d.T))
 
-    random_ranks = evaluate(params)
+    # the random-encoder baseline: the untrained query tower on both sides (two
+    # untrained towers would map into unrelated spaces and rank at chance)
+    siamese = dataclasses.replace(model, doc=None)
+    random_ranks = evaluate({k: v for k, v in params.items() if k != "doc"}, siamese)
     opt_state = optimizer.init(params)
     indices = common.batches(rng, len(train), batch)
     history = {"step": [], "loss": [], "test_recall_at_1": []}
@@ -267,7 +289,7 @@ def main(argv=None) -> dict:
     kmax = min(50, len(test))
     curves = {
         "trained dual encoder": recall_curve(evaluate(params), kmax),
-        "same towers, untrained": recall_curve(random_ranks, kmax),
+        "random encoder (untrained)": recall_curve(random_ranks, kmax),
         "bag of characters": recall_curve(
             ranks(bag_of_chars([t[0] for t in test]) @ bag_of_chars([t[1] for t in test]).T),
             kmax,
