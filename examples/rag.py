@@ -1,6 +1,6 @@
 """Retrieval-augmented generation over facts from Python's standard-library docstrings.
 
-    python examples/rag.py             # about two minutes on 2 CPU cores
+    python examples/rag.py             # about three minutes on 2 CPU cores
     python examples/rag.py --steps 50  # a quick look
 
 The documents are a fixed-width index, one line per public module, class, function
@@ -28,8 +28,11 @@ XLA:CPU has run some bodies much slower inside a loop than as one call.
 Figures (``--out``/metrics.json), on the held-out names: retriever recall@1/@5 among
 all documents; the generator's exact match and character accuracy with the top
 retrieved passage, with the right passage given (oracle) and without a passage. The
-default run reaches character accuracy around 0.9 with retrieval against about 0.3
-without. Picture: those accuracies as bars and the held-out answer loss during
+default run (300 generator and 400 retriever steps, about three minutes of CPU time)
+reaches, on 200 held-out names among 1,629 documents, retriever recall@1 0.63 (@5
+0.87) and exact match 0.625 with the retrieved passage (0.99 with the right passage)
+against 0.00 without a passage (character accuracy 0.68 and 1.00 against 0.13).
+Picture: those accuracies as bars and the held-out answer loss during
 training, with and without the passage.
 """
 
@@ -91,7 +94,7 @@ def build_generator(vocab: int, width: int, depth: int, heads: int, max_len: int
 
 
 def parse_args(argv=None):
-    p = common.gallery_parser("rag", __doc__, steps=600)
+    p = common.gallery_parser("rag", __doc__, steps=300)
     p.add_argument("--retriever-steps", type=common.positive_int, default=400)
     p.add_argument("--batch-size", type=common.positive_int, default=32)
     p.add_argument("--width", type=common.positive_int, default=64)
@@ -99,7 +102,7 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=common.positive_int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--facts", type=int, default=None, help="use only this many facts")
-    p.add_argument("--eval", type=common.positive_int, default=300, help="held-out queries")
+    p.add_argument("--eval", type=common.positive_int, default=200, help="held-out queries")
     return p.parse_args(argv)
 
 
