@@ -261,8 +261,10 @@ def main(argv=None) -> dict:
 
     step = common.optax_step(loss, optimizer)
 
+    embed = jax.jit(lambda model, params, q, d: model.apply(params, q, d), static_argnums=0)
+
     def evaluate(params, model=model):
-        q, d = jax.jit(model.apply)(params, q_te, d_te)
+        q, d = embed(model, params, q_te, d_te)
         return ranks(np.asarray(q @ d.T))
 
     # the random-encoder baseline: the untrained query tower on both sides (two
