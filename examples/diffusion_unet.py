@@ -44,7 +44,6 @@ from diffusion import (
     cosine_schedule,
     ddpm_loss,
     ddpm_step,
-    init_params,
     time_embedding,
     time_samplers,
     train,
@@ -174,8 +173,8 @@ def main(argv=None) -> dict:
     x_tr, y_tr, x_te, _ = common.digits(seed=args.seed, images=True)
     data = 2 * x_tr - 1  # [-1, 1]
     model = build_unet(args.width)
-    key, k_noise, k_sample = jax.random.split(jax.random.key(args.seed), 3)
-    params = init_params(model, key, ((args.batch_size, 1, 8, 8), (args.batch_size,)))
+    key, k_noise, k_sample = jax.random.split(jax.random.key(args.seed, impl="rbg"), 3)
+    params = model.init(key, ((args.batch_size, 1, 8, 8), (args.batch_size,)))
     sched = cosine_schedule(T)
     rng = np.random.default_rng(args.seed)
     params, loss = train(

@@ -1,6 +1,6 @@
 """Train a rectified flow (conditional flow matching) with an MLP on a 2-D toy distribution.
 
-    python examples/flow_matching.py             # about half a minute on 2 CPU cores
+    python examples/flow_matching.py             # under a minute on 2 CPU cores
     python examples/flow_matching.py --steps 500 # a quick look
 
 The data are scikit-learn's two moons (``make_moons``, standardized), the source is
@@ -13,8 +13,8 @@ rule at half as many steps (the same number of network calls).
 
 The figure: the energy distance of the generated points to held-out real points, for
 each solver, against the same distance for the Gaussian noise they start from and for
-a second real sample (the floor). A default run reaches about 0.003 (Euler and
-midpoint) vs 0.1 for noise.
+a second real sample (the floor). A default run reaches about 0.0036 (Euler and
+midpoint alike), against 0.045 for noise and 0.0003 for another real sample.
 
 Both solvers are compiled; the Euler one is timed in two forms, one ``jax.jit`` of a
 ``lax.fori_loop`` over the steps and a Python loop over one jitted step, and the
@@ -39,7 +39,6 @@ from diffusion import (
     build_model,
     compiled_sampler,
     energy_distance,
-    init_params,
     scatter_panels,
     time_samplers,
     toy_data,
@@ -104,8 +103,8 @@ def main(argv=None) -> dict:
     data = toy_data(20_000, args.seed)
     held_out = toy_data(args.samples, args.seed + 1)
     model = build_model(args.width)
-    key, k_noise = jax.random.split(jax.random.key(args.seed))
-    params = init_params(model, key, ((args.batch_size, 2), (args.batch_size,)))
+    key, k_noise = jax.random.split(jax.random.key(args.seed, impl="rbg"))
+    params = model.init(key, ((args.batch_size, 2), (args.batch_size,)))
     rng = np.random.default_rng(args.seed)
     params, loss = train(
         flow_matching_loss(model),
@@ -117,9 +116,10 @@ def main(argv=None) -> dict:
     train_seconds = time.perf_counter() - start
 
     # Both compiled forms of the Euler solver are timed on every run and the faster
-    # solves both ODEs. Measured here (2 shared CPU cores, width 128, 1000 points, 50
-    # steps): the fori_loop's step costs a fraction of the Python loop's (no dispatch
-    # per step; the MLP's matmuls run as fast inside the while loop as outside).
+    # solves both ODEs. Measured on a default run (2 CPU cores shared with other jobs,
+    # width 128, 1000 points, 50 steps): fori_loop 1.84 ms a step, Python loop 2.03,
+    # one network call 1.77: the fori_loop saves the per-step dispatch (an MLP's matmuls
+    # run as fast inside XLA's while loop as outside), so it is usually chosen.
     n_euler, n_mid = args.ode_steps, max(1, args.ode_steps // 2)
     euler = compiled_sampler(ode_step(model, n_euler, "euler"), n_euler)
     noise = jax.random.normal(k_noise, (args.samples, 2))
