@@ -188,8 +188,9 @@ def seconds_per_call(fn: Callable, *args, repeats: int = 3) -> float:
 
 
 def time_samplers(samplers: dict, net_call: Callable, n_steps: int, *args) -> dict:
-    """Milliseconds per sampler step of each compiled form and of one jitted network
-    call (``net_call()``), and the name of the faster form (``"chosen"``)."""
+    """Milliseconds per sampler step of each compiled form (``samplers`` of ``n_steps``
+    steps; a few suffice, the cost per step does not depend on their number) and of one
+    jitted network call (``net_call()``), and the name of the faster form (``"chosen"``)."""
     ms = {  # one timed run each: a slow form (a convolution in fori_loop) costs seconds
         f"{k}_ms_per_step": 1e3 * seconds_per_call(f, *args, repeats=1) / n_steps
         for k, f in samplers.items()
