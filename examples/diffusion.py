@@ -227,15 +227,37 @@ def scatter_panels(panels: dict[str, np.ndarray], path) -> None:
     common.save_figure(fig, path)
 
 
+def generative_parser(name: str, doc: str, steps: int, width: int, batch: int, samples: int):
+    """The gallery flags plus ``--width``, ``--batch-size``, ``--samples`` and ``--lr``."""
+    p = common.gallery_parser(name, doc, steps=steps)
+    p.add_argument("--width", type=common.positive_int, default=width, help="network width")
+    p.add_argument("--batch-size", type=common.positive_int, default=batch)
+    p.add_argument("--samples", type=common.positive_int, default=samples, help="to generate")
+    p.add_argument("--lr", type=float, default=2e-3)
+    return p
+
+
+def run_metrics(figures: dict, loss: float, timing: dict, args, train_s: float, start: float):
+    """``figures`` and the run's training loss, sampler timing, steps and seconds, written
+    to ``args.out/metrics.json`` and returned."""
+    return common.write_metrics(
+        args.out,
+        {
+            **figures,
+            "final_loss": loss,
+            "sampler": timing,
+            "steps": args.steps,
+            "train_seconds": train_s,
+            "seconds": time.perf_counter() - start,
+        },
+    )
+
+
 def parse_args(argv=None):
-    p = common.gallery_parser("diffusion", __doc__, steps=4000)
-    p.add_argument("--width", type=common.positive_int, default=128, help="MLP width")
-    p.add_argument("--batch-size", type=common.positive_int, default=256)
-    p.add_argument("--samples", type=common.positive_int, default=1000, help="points to generate")
+    p = generative_parser("diffusion", __doc__, 4000, 128, 256, 1000)
     p.add_argument(
         "--diffusion-steps", type=common.positive_int, default=100, help="noise levels T"
     )
-    p.add_argument("--lr", type=float, default=2e-3)
     return p.parse_args(argv)
 
 
@@ -279,13 +301,8 @@ def main(argv=None) -> dict:
         "energy_distance_generated": energy_distance(generated, held_out),
         "energy_distance_noise": energy_distance(np.asarray(noise), held_out),
         "energy_distance_real": energy_distance(second_real, held_out),
-        "final_loss": loss,
-        "sampler": timing,
-        "steps": args.steps,
-        "train_seconds": train_seconds,
-        "seconds": time.perf_counter() - start,
     }
-    common.write_metrics(args.out, metrics)
+    metrics = run_metrics(metrics, loss, timing, args, train_seconds, start)
     scatter_panels(
         {
             "real (held out)": held_out,

@@ -44,6 +44,8 @@ from diffusion import (
     cosine_schedule,
     ddpm_loss,
     ddpm_step,
+    generative_parser,
+    run_metrics,
     time_embedding,
     time_samplers,
     train,
@@ -153,14 +155,10 @@ def judge(classifier, images: np.ndarray, confident: float = 0.9) -> dict:
 
 
 def parse_args(argv=None):
-    p = common.gallery_parser("diffusion_unet", __doc__, steps=1500)
-    p.add_argument("--width", type=common.positive_int, default=32, help="UNet base channels")
-    p.add_argument("--batch-size", type=common.positive_int, default=128)
-    p.add_argument("--samples", type=common.positive_int, default=100, help="digits to generate")
+    p = generative_parser("diffusion_unet", __doc__, 1500, 32, 128, 100)
     p.add_argument(
         "--diffusion-steps", type=common.positive_int, default=100, help="noise levels T"
     )
-    p.add_argument("--lr", type=float, default=2e-3)
     return p.parse_args(argv)
 
 
@@ -214,13 +212,8 @@ def main(argv=None) -> dict:
         "generated": judge(classifier, generated),
         "real_test": judge(classifier, x_te[:n, 0]),
         "noise": judge(classifier, np.clip((np.asarray(noise)[:n, 0] + 1) / 2, 0, 1)),
-        "final_loss": loss,
-        "sampler": timing,
-        "steps": args.steps,
-        "train_seconds": train_seconds,
-        "seconds": time.perf_counter() - start,
     }
-    common.write_metrics(args.out, metrics)
+    metrics = run_metrics(metrics, loss, timing, args, train_seconds, start)
     rows = max(1, min(10, int(np.sqrt(args.samples))))
     common.image_grid(generated, rows, args.out / "samples.png", f"DDPM samples, {T} steps")
     for name in ("generated", "real_test", "noise"):

@@ -39,6 +39,8 @@ from diffusion import (
     build_model,
     compiled_sampler,
     energy_distance,
+    generative_parser,
+    run_metrics,
     scatter_panels,
     time_samplers,
     toy_data,
@@ -83,17 +85,13 @@ def ode_step(model: L.Layer, n_steps: int, method: str) -> Callable:
 
 
 def parse_args(argv=None):
-    p = common.gallery_parser("flow_matching", __doc__, steps=4000)
-    p.add_argument("--width", type=common.positive_int, default=128, help="MLP width")
-    p.add_argument("--batch-size", type=common.positive_int, default=256)
-    p.add_argument("--samples", type=common.positive_int, default=1000, help="points to generate")
+    p = generative_parser("flow_matching", __doc__, 4000, 128, 256, 1000)
     p.add_argument(
         "--ode-steps",
         type=common.positive_int,
         default=50,
         help="Euler steps (the midpoint solver takes half as many, at least 1)",
     )
-    p.add_argument("--lr", type=float, default=2e-3)
     return p.parse_args(argv)
 
 
@@ -138,13 +136,8 @@ def main(argv=None) -> dict:
         "energy_distance_midpoint": energy_distance(mid_pts, held_out),
         "energy_distance_noise": energy_distance(np.asarray(noise), held_out),
         "energy_distance_real": energy_distance(toy_data(args.samples, args.seed + 2), held_out),
-        "final_loss": loss,
-        "sampler": timing,
-        "steps": args.steps,
-        "train_seconds": train_seconds,
-        "seconds": time.perf_counter() - start,
     }
-    common.write_metrics(args.out, metrics)
+    metrics = run_metrics(metrics, loss, timing, args, train_seconds, start)
     scatter_panels(
         {"real (held out)": held_out, "Gaussian noise": np.asarray(noise), **samples},
         args.out / "samples.png",
