@@ -8,8 +8,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a script's dataclasses look their module up by name
+    # registered under its own name: a script's dataclasses look their module up by
+    # name, and scripts import their siblings (`from diffusion import ...`)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

@@ -1,22 +1,13 @@
 """Smoke runs of the generative gallery scripts (DDPM with an MLP and with a UNet,
 rectified flow): each writes its named, finite figures and its picture."""
 
-import importlib
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from tests.example_loader import EXAMPLES
-
-
-def load_example(name: str):
-    """The script as the module its siblings import (``from diffusion import ...``)."""
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    return importlib.import_module(name)
+from tests.example_loader import load_example
 
 
 def _finite(tree) -> bool:

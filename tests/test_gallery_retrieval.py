@@ -1,23 +1,12 @@
 """Smoke runs of the retrieval gallery scripts: two_tower, multimodal and rag each train
 a few steps at tiny sizes and write their named figures and their picture."""
 
-import importlib.util
 import json
 import math
-import sys
 
 import pytest
 
-from tests.example_loader import EXAMPLES
-
-
-def load_example(name: str):
-    """The script as a module, registered by name (dataclasses look their module up)."""
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.example_loader import load_example
 
 
 def _check_run(out, name: str, figures: tuple[str, ...]) -> dict:

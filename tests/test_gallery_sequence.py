@@ -1,25 +1,16 @@
 """Smoke runs of the sequence gallery scripts (encoder, ssm, dpo): two steps at tiny
 sizes write their named figures and their picture."""
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+from tests.example_loader import load_example as load
+
 TEXT = ["--chars", "20000", "--batch-size", "4", "--seq-len", "16", "--width", "16"]
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"gallery_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
 
 
 def check_run(out: Path, metrics: dict, names: list[str], picture: str) -> None:
