@@ -219,7 +219,13 @@ KINDS = {"rnn_tanh": "RNN", "rnn_relu": "RNN", "lstm": "LSTM", "gru": "GRU"}  # 
 # chunked LSTM: ``test_partial_derivatives_skip_zero_tangents``)
 CHUNKED = (32, 128)
 DERIVATIVE_CASES = [
-    *[pytest.param(kind, 2, True, (T, 2), (T, B), 3, id=f"l2-bi-pad-{kind}") for kind in KINDS],
+    # a GRU always takes JAX's derivative (``custom_derivative`` is accepted for symmetry),
+    # so it has no written-out derivative to compare
+    *[
+        pytest.param(kind, 2, True, (T, 2), (T, B), 3, id=f"l2-bi-pad-{kind}")
+        for kind in KINDS
+        if kind != "gru"
+    ],
     pytest.param("lstm", 1, False, None, (T, B), 3, id="l1-lstm"),
     pytest.param("lstm", 1, True, "ragged", CHUNKED, 128, id="chunked-bi-pad-lstm"),
     pytest.param("rnn_tanh", 1, False, "ragged", CHUNKED, 512, id="chunked-pad-rnn_tanh"),
