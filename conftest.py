@@ -41,3 +41,26 @@ settings.load_profile("purelayers")
 @pytest.fixture(autouse=True)
 def _doctest_names(doctest_namespace):
     doctest_namespace.update(jax=jax, jnp=jnp, np=np, pl=pl, L=L)
+
+
+# Tests that each take seconds (fresh processes, whole training scripts), run first: the
+# workers start on them, and the suite ends on the many short tests, which even out what
+# each worker has left. Only the order changes.
+_LONG_FIRST = (
+    "tests/test_sharding.py",
+    "tests/test_distributed.py",
+    "tests/test_benchmarks.py",
+    "tests/test_determinism.py",
+    "tests/test_training_state.py",
+    "tests/test_checkpoint_scale.py",
+    "tests/test_gallery_",
+    "tests/test_example_",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def long(item) -> bool:
+        path = item.nodeid.split("::")[0]
+        return any(path.startswith(prefix) for prefix in _LONG_FIRST)
+
+    items.sort(key=lambda item: not long(item))  # stable: the order within each group stays

@@ -38,7 +38,9 @@ def test_eager_and_bf16_columns(tmp_path):
     assert data["mismatched_losses"] == []
 
 
-PEERS = [i for i in ("flax-linen", "flax-nnx", "equinox", "haiku", "torch") if run.available(i)]
+# one peer of each kind installed (flax-nnx shares linen's runner module; equinox and haiku
+# come with the bench extra)
+PEERS = [i for i in ("flax-linen", "equinox", "haiku", "torch") if run.available(i)]
 
 
 def test_quick_run_of_every_implementation_writes_json_and_table(tmp_path, capsys):
@@ -239,11 +241,16 @@ def test_variants_smoke():
     """Every variant builds and trains from the same weights (``main`` checks the first
     losses agree), and its two ends are the benchmark's own models: the all-purelayers
     and all-raw-JAX variants start from the loss of ``benchmarks.run``'s purelayers and
-    raw JAX implementations."""
+    raw JAX implementations. ``--cores`` adds purelayers with only the attention's core
+    swapped, for each core, starting from the all-raw-JAX variant's loss (checked inside
+    ``main``)."""
     from benchmarks import variants, workloads
 
-    out = variants.main(["--quick", "--parts", "norm"])
-    assert set(out["variants"]) == {"purelayers", "jax", "purelayers - norm", "jax + norm"}
+    out = variants.main(["--quick", "--parts", "norm", "--cores"])
+    cores = {name for name in out["variants"] if name.startswith("purelayers, core ")}
+    assert cores == {f"purelayers, core {c}" for c in variants._cores()}
+    assert len(cores) == 4
+    assert set(out["variants"]) - cores == {"purelayers", "jax", "purelayers - norm", "jax + norm"}
     assert all(v["step_ms"] > 0 for v in out["variants"].values())
     w = workloads.get("transformer", quick=True)
     x, y = w.data()
@@ -251,15 +258,3 @@ def test_variants_smoke():
         reference = run.make_runner(impl, w, w.flat_params(), x, y).initial_loss()
         assert out["variants"][impl]["loss"] == pytest.approx(reference, rel=1e-6)
     assert variants.variants(["gelu"])["jax + gelu"] == {"norm", "attention", "linear"}
-
-
-def test_variants_cores_smoke():
-    """``--cores``: purelayers with only the attention's core swapped, for each core,
-    starting from the all-raw-JAX variant's loss (checked inside ``main``)."""
-    from benchmarks import variants
-
-    out = variants.main(["--quick", "--parts", "norm", "--cores"])
-    cores = {name for name in out["variants"] if name.startswith("purelayers, core ")}
-    assert cores == {f"purelayers, core {c}" for c in variants._cores()}
-    assert len(cores) == 4
-    assert all(out["variants"][name]["step_ms"] > 0 for name in cores)

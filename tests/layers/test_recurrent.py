@@ -214,9 +214,10 @@ KINDS = {"rnn_tanh": "RNN", "rnn_relu": "RNN", "lstm": "LSTM", "gru": "GRU"}  # 
 
 
 # every kind stacked, both directions, padded; one plain single-layer run; and, with 32
-# steps of a batch of 128 and gate tangents of at least CHUNK_ELEMENTS, LSTM and Elman
-# layers whose tangent loop runs in chunks of two steps (``chunk_steps``; a stacked
-# chunked LSTM: ``test_partial_derivatives_skip_zero_tangents``)
+# steps of a batch of 128 and gate tangents of at least CHUNK_ELEMENTS, a padded Elman
+# layer whose tangent loop runs in chunks of two steps (``chunk_steps``; a stacked
+# chunked LSTM: ``test_partial_derivatives_skip_zero_tangents``; the chunked LSTM at the
+# benchmark's shape: tests/functional/test_recurrent.py)
 CHUNKED = (32, 128)
 DERIVATIVE_CASES = [
     # a GRU always takes JAX's derivative (``custom_derivative`` is accepted for symmetry),
@@ -227,7 +228,6 @@ DERIVATIVE_CASES = [
         if kind != "gru"
     ],
     pytest.param("lstm", 1, False, None, (T, B), 3, id="l1-lstm"),
-    pytest.param("lstm", 1, True, "ragged", CHUNKED, 128, id="chunked-bi-pad-lstm"),
     pytest.param("rnn_tanh", 1, False, "ragged", CHUNKED, 512, id="chunked-pad-rnn_tanh"),
 ]
 
