@@ -402,7 +402,7 @@ def test_empty_axes_in_training_and_gradients_as_torch(torch):
     grads = jax.jit(jax.grad(lambda p: linear.apply(p, jnp.ones((2, 3, 0))).sum()))(params)
     assert grads["weight"].shape == (6, 0)
     np.testing.assert_array_equal(np.asarray(grads["bias"]), np.full(6, 6.0))
-    resnet = M.resnet18(num_classes=5)
+    resnet = M.ResNet(M.BasicBlock, (1, 1, 1, 1), num_classes=5)  # resnet18's path, a block a stage
     params, state = resnet.init(KEY, (1, 3, 32, 32)), resnet.init_state((1, 3, 32, 32))
     assert resnet.apply(params, jnp.ones((0, 3, 32, 32)), state=state)[0].shape == (0, 5)
 
