@@ -4,9 +4,8 @@ checkpoint names.
 Every array of a params (or state, or optimizer-state) tree has a dotted name, its
 PyTorch ``state_dict`` key (``blocks.0.fc.weight``). A *rule* maps a name pattern to a
 ``jax.sharding.PartitionSpec``; ``named_shardings(tree, rules, mesh)`` turns a tree into
-the matching tree of ``NamedSharding``s, which ``jax.jit`` (``in_shardings`` /
-``out_shardings``), ``jax.device_put`` and ``init_sharded`` take. Communication is
-XLA's: nothing here moves data by hand.
+the matching tree of ``NamedSharding``s, which ``jax.jit``, ``jax.device_put`` and
+``init_sharded`` take. Communication is XLA's: nothing here moves data by hand.
 
 The rules for a GPT (``pos_emb``, ``embed``, ``blocks.N.*``, ``norm``, ``head``) on a
 ``(data, model)`` mesh, Megatron-style inside each block, replicated elsewhere::
@@ -29,35 +28,18 @@ uses one). Unmatched names raise ``ValueError`` unless ``default=`` is given; a 
 whose mesh axes do not divide an array axis raises ``ValueError`` naming the array, its
 shape, the rule, the mesh axis and its size.
 
-Meshes. ``make_mesh("data=2,model=4")`` builds a ``jax.sharding.Mesh`` whose axes are
-``AxisType.Auto``: XLA's partitioner then places the collectives, which is what these
-rules assume (with ``Explicit`` axes, JAX asks for an ``out_sharding`` on every
-contracting ``dot``).
+Meshes and hosts. ``make_mesh("data=2,model=4")`` builds a ``Mesh`` with ``AxisType.Auto``
+axes, so XLA's partitioner places the collectives. Across hosts, call
+``jax.distributed.initialize()`` first in every process; the same rules and mesh apply,
+each process feeds its slice of the batch
+(``jax.make_array_from_process_local_data``), ``save`` gathers and process 0 writes, and
+``load_sharded`` reads on each process only the slices its devices hold.
 
-Multi-host. Start every process with ``jax.distributed.initialize()`` (coordinator
-address, process count and id from the launcher or arguments) before any other JAX
-call; ``jax.devices()`` then lists every host's devices and the same rules and mesh
-apply unchanged. Feed each process its own slice of the batch with
-``jax.make_array_from_process_local_data(batch_sharding(mesh), local_batch)``.
-Checkpoints: ``save`` gathers each array and process 0 writes; ``load_sharded`` reads
-on every process only the slices its devices hold.
-
-Packed projections. ``MultiHeadAttention`` packs ``qkv.weight`` rows as
-``[q heads | k heads | v heads]`` (torch's ``in_proj_weight``), and the Llama
-``TransformerBlock`` packs ``fc.weight`` as ``[gate | up]``. Splitting packed rows in
-``n`` contiguous blocks does *not* give each device matching parts (with ``n = 2`` the
-first device holds all of q and half of k). XLA still computes the right answer, and
-each device still holds ``1/n`` of the weight, but after the projection it moves
-activations between devices (``collective-permute``s: about twenty per attention layer
-and training step in the tests) instead of running each device's heads locally.
-Matching parts per device need the rows in *group order*,
-``[q_0 k_0 v_0 | q_1 k_1 v_1 | ...]`` for ``n`` groups of ``num_heads / n`` query and
-``num_kv_heads / n`` key/value heads: ``group_qkv`` / ``ungroup_qkv`` (and
-``group_rows`` / ``ungroup_rows`` for any packing) convert between the two orders
-exactly. An attention that reads the group order (split ``qkv``'s output into ``n``
-groups first, then each group into q, k, v) needs no communication but the all-reduce
-after ``out``, which the tests check. Checkpoints stay in torch's order: group after
-loading, ungroup before saving.
+Packed projections (``qkv.weight`` rows ``[q | k | v]``, ``fc.weight`` rows
+``[gate | up]``) split in contiguous blocks are correct but make XLA move activations
+between devices after the projection; ``group_qkv`` / ``group_rows`` put the rows in
+group order (``[q_0 k_0 v_0 | q_1 k_1 v_1 | ...]``) so that each device holds whole
+heads, and ``ungroup_qkv`` / ``ungroup_rows`` restore torch's order before saving.
 """
 
 from __future__ import annotations
@@ -463,19 +445,13 @@ def transformers_layers(axis: str = "model") -> list[Rule]:
     """Megatron tensor parallelism by transformers' projection names, for the models of
     ``purelayers.models``: each attention's query/key/value projections and each MLP's
     first ``Linear`` column-parallel (rows split over ``axis``), the attention's
-    output and the MLP's second ``Linear`` row-parallel (columns split). Names, by
-    family: ``q_proj``/``k_proj``/``v_proj``/``o_proj`` and ``gate_proj``/``up_proj``/
-    ``down_proj`` (Llama and the decoders; CLIP and SigLIP with ``out_proj``, ``fc1``,
-    ``fc2``), ``query``/``key``/``value``, ``intermediate.dense`` and ``output.dense``
-    (BERT, RoBERTa, ViT), ``q_lin``/.../``out_lin``, ``lin1``, ``lin2`` (DistilBERT),
-    ``q``/``k``/``v``/``o``, ``wi`` (or ``wi_0``, ``wi_1``) and ``wo`` (T5),
-    ``Wqkv``, ``Wi`` and ``Wo`` (ModernBERT). Every other array (embeddings, norms,
-    heads, poolers) is left to the rules after these: end with ``("*", P())`` to
-    replicate it.
-
-    ``num_heads`` (and the MLP width) should divide by the ``axis`` size. The fused
-    projections (``Wqkv``, ``qkv_proj``, ``gate_up_proj``, ``Wi``) pack their rows as the
-    module docstring describes: correct, but not aligned to heads without ``group_rows``.
+    output and the MLP's second ``Linear`` row-parallel (columns split), for the
+    decoders' ``*_proj`` names, CLIP's and SigLIP's, BERT's (``query``, ...,
+    ``output.dense``), DistilBERT's (``q_lin``, ..., ``lin2``), T5's (``q``, ..., ``wo``)
+    and ModernBERT's (``Wqkv``, ``Wi``, ``Wo``). Every other array (embeddings, norms,
+    heads, poolers) is left to the rules after these: end with ``("*", P())``.
+    ``num_heads`` and the MLP width should divide by the ``axis`` size; fused rows
+    (``Wqkv``, ``Wi``) are split correctly but not by heads without ``group_rows``.
 
     Example:
       >>> rules = [*transformers_layers("model"), ("*", P())]
